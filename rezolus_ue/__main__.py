@@ -1,0 +1,7 @@
+"""``python -m rezolus_ue`` is ``rezolus-ue``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,207 @@
+"""Command line: ``rezolus-ue run | events | check``.
+
+Errors end as one line on stderr and a non-zero exit; never a traceback (a bug still
+prints one, with ``--debug``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from . import __version__
+from . import config as cfg
+from .errors import ConfigError, KernelFeatureMissing, RezolusError
+
+PROG = "rezolus-ue"
+log = logging.getLogger("rezolus_ue")
+
+_DESCRIPTION = """\
+rezolus-ue samples systems telemetry (procfs, perf events, BPF) and publishes every metric
+family as a Linux user_events tracepoint (user_events:rezolus_*). Publishing costs nothing
+until a consumer enables a tracepoint: with nobody listening, samplers do not run."""
+
+_EPILOG = """\
+examples:
+  sudo rezolus-ue check                    can this kernel run the agent?
+  sudo rezolus-ue run                      publish with the default config
+  sudo rezolus-ue events                   our tracepoints, who consumes them, how to watch
+  sudo perf record -e 'user_events:rezolus_*' -a -- sleep 3 && sudo perf script
+
+See rezolus-ue(8) and docs/events.md for every event and field."""
+
+
+def _duration(text: str) -> int:
+    try:
+        ns = cfg.parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    opt = next(o for o in cfg.AGENT_OPTIONS if o.key == "interval")
+    if not opt.min_ns <= ns <= opt.max_ns:
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range: expected {opt.allowed()}")
+    return ns
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # One line plus where to look, instead of argparse's full usage block.
+        self.exit(2, f"{self.prog}: error: {message}\nTry '{self.prog} --help'.\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser (also used to check the man page covers every option)."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = _Parser(prog=PROG, description=_DESCRIPTION, epilog=_EPILOG, formatter_class=fmt)
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    p.add_argument("--debug", action="store_true", help="show tracebacks for internal errors")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = sub.add_parser(
+        "run", formatter_class=fmt, help="run the agent (publish until SIGINT/SIGTERM)",
+        description="Register every enabled sampler's events with user_events and publish"
+        " records while consumers listen. Stops cleanly on SIGINT or SIGTERM, unregistering"
+        " its events.",
+        epilog="examples:\n  sudo rezolus-ue run\n  sudo rezolus-ue run --interval 100ms\n"
+        "  sudo rezolus-ue run --config /etc/rezolus-ue/config.toml",
+    )
+    run.add_argument("-c", "--config", metavar="FILE", type=Path,
+                     help=f"TOML config file (default: {cfg.SYSTEM_CONFIG} if it exists,"
+                     " else built-in defaults; see configs/default.toml)")
+    run.add_argument("-i", "--interval", metavar="DURATION", type=_duration,
+                     help=f"publish interval, overriding the config: {cfg.DURATION_HELP}")
+
+    ev = sub.add_parser(
+        "events", formatter_class=fmt,
+        help="list our tracepoints, their consumers and how to watch them",
+        description="List every rezolus-ue event: whether the running agent registered it,"
+        " whether it is enabled, which consumers use it (from user_events_status), and the"
+        " perf and ftrace commands to watch it.",
+    )
+    ev.add_argument("--commands", action="store_true",
+                    help="print only the perf and ftrace commands, one per line")
+
+    sub.add_parser(
+        "check", formatter_class=fmt, help="check the kernel features rezolus-ue needs",
+        description="Probe tracefs, user_events, BPF, BTF, perf events and kprobes, with a"
+        " hint for each failure. Exits 1 when `rezolus-ue run` cannot work here.",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    logging.basicConfig(format=f"{PROG}: %(message)s", level=logging.INFO, stream=sys.stderr)
+    try:
+        return _COMMANDS[args.command](args)
+    except RezolusError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `rezolus-ue events | head`: not an error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception as e:
+        if args.debug:
+            raise
+        print(f"{PROG}: internal error: {type(e).__name__}: {e} (rerun with --debug for"
+              " a traceback, and please report it)", file=sys.stderr)
+        return 70
+
+
+def _tracefs_root(configured: str) -> Path:
+    from tracefs_tools import TracefsError, find_tracefs
+
+    if configured:
+        return Path(configured)
+    try:
+        return find_tracefs(mount=os.geteuid() == 0)
+    except TracefsError as e:
+        raise KernelFeatureMissing("tracefs", str(e)) from None
+
+
+def load_config(path: Path | None) -> cfg.Config:
+    """Return the config from ``path``, else the system file if present, else defaults."""
+    from .samplers import options
+
+    if path is None and cfg.SYSTEM_CONFIG.exists():
+        path = cfg.SYSTEM_CONFIG
+    return cfg.load(path, options()) if path else cfg.defaults(options())
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from .agent import Agent
+
+    conf = load_config(args.config)
+    if args.interval is not None:
+        conf = replace(conf, agent={**conf.agent, "interval": args.interval})
+    log.setLevel(str(conf.agent["log_level"]).upper())
+    agent = Agent(conf, _tracefs_root(str(conf.agent["tracefs"])))
+    stop: list[int] = []
+    rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop.append(signum)
+
+    old_wakeup = signal.set_wakeup_fd(wfd)
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        agent.start()
+        names = agent.event_names
+        if not names:
+            raise ConfigError("no sampler could start: nothing to publish (see warnings above)")
+        log.info("publishing %d events via %s: %s", len(names), agent.tracefs, ", ".join(names))
+        log.info("watch with: perf record -e 'user_events:rezolus_*' -a -- sleep 10;"
+                 " perf script")
+        agent.run(rfd, lambda: bool(stop))
+    finally:
+        agent.close()
+        signal.set_wakeup_fd(old_wakeup)
+        for s, h in previous.items():
+            signal.signal(s, h)
+        os.close(rfd)
+        os.close(wfd)
+    st = agent.stats()
+    log.info("stopped: %d records written, %d EBADF races, %d write errors, %d sampler errors",
+             st["events_written"], st["ebadf_races"], st["write_errors"], st["sampler_errors"])
+    return 0
+
+
+def _cmd_events(args: argparse.Namespace) -> int:
+    from .events_cmd import show_events
+
+    return show_events(commands_only=args.commands)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from .check import run_checks
+
+    results = run_checks(mount=os.geteuid() == 0)
+    con = Console(highlight=False)
+    style = {"pass": "green", "warn": "yellow", "fail": "red"}
+    for r in results:
+        tag = f"[{style[r.status]}]{r.status.upper():4}[/]"
+        con.print(f"{tag}  [bold]{r.name}[/]: {r.detail}", soft_wrap=True)
+    blocked = [r.name for r in results if r.required and r.status == "fail"]
+    if blocked:
+        con.print(f"\n`{PROG} run` cannot work here: {', '.join(blocked)} failed.")
+        return 1
+    con.print(f"\n`{PROG} run` can publish here.")
+    return 0
+
+
+_COMMANDS = {"run": _cmd_run, "events": _cmd_events, "check": _cmd_check}

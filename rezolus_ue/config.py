@@ -1,0 +1,315 @@
+"""Configuration: the declared options, their defaults, and validation of TOML files.
+
+The option tables below are the one declaration of every setting: ``configs/default.toml``
+and the documentation are generated from them (``python -m rezolus_ue.docs``), and a test
+fails when either is stale. Files are read with tomlkit; every rejection is one line naming
+the file, the line and what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+
+import tomlkit
+import tomlkit.exceptions
+
+from .errors import ConfigError
+
+#: Where `rezolus-ue run` looks when no --config is given; built-in defaults otherwise.
+SYSTEM_CONFIG = Path("/etc/rezolus-ue/config.toml")
+
+_UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
+             "m": 60_000_000_000, "h": 3_600_000_000_000}
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|µs|ms|s|m|h)\s*$")
+DURATION_HELP = "a number with a unit: ns, us, ms, s, m or h (e.g. 100ms, 1s)"
+
+
+def parse_duration(text: str) -> int:
+    """Return a duration such as ``"100ms"`` in nanoseconds; raise ValueError if malformed."""
+    m = _DURATION_RE.match(text)
+    if not m:
+        raise ValueError(f"invalid duration {text!r}: use {DURATION_HELP}")
+    value, unit = m.groups()
+    # Decimal: exact for "1.1s", and no float overflow for absurdly long numbers.
+    ns = int(Decimal(value) * _UNITS_NS[unit])
+    if ns >= 1 << 63:
+        raise ValueError(f"duration {text!r} is too large")
+    return ns
+
+
+def format_duration(ns: int) -> str:
+    """Return the shortest exact text for a duration in nanoseconds."""
+    for unit in ("h", "m", "s", "ms", "us"):
+        scale = _UNITS_NS[unit]
+        if ns and ns % scale == 0:
+            return f"{ns // scale}{unit}"
+    return f"{ns}ns"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its key, kind, default and the help text shown in docs and errors."""
+
+    key: str
+    kind: str  # "duration" | "bool" | "path" | "choice"
+    default: object
+    help: str
+    choices: tuple[str, ...] = ()
+    min_ns: int = 0
+    max_ns: int = 0
+
+    def allowed(self) -> str:
+        """Return a description of the values this option accepts."""
+        if self.kind == "duration":
+            lo, hi = format_duration(self.min_ns), format_duration(self.max_ns)
+            return f"a duration string from {lo} to {hi} (e.g. \"1s\")"
+        if self.kind == "bool":
+            return "true or false"
+        if self.kind == "path":
+            return "a path string (\"\" for the default)"
+        return "one of " + ", ".join(f'"{c}"' for c in self.choices)
+
+    def convert(self, value: object) -> object:
+        """Return the checked Python value; raise ValueError naming what is allowed."""
+        if self.kind == "duration":
+            if not isinstance(value, str):
+                raise ValueError(f"expected {self.allowed()}")
+            ns = parse_duration(value)
+            if not self.min_ns <= ns <= self.max_ns:
+                raise ValueError(f"{value!r} is out of range: expected {self.allowed()}")
+            return ns
+        if self.kind == "bool":
+            if not isinstance(value, bool):
+                raise ValueError(f"expected {self.allowed()}")
+            return bool(value)
+        if self.kind == "path":
+            if not isinstance(value, str):
+                raise ValueError(f"expected {self.allowed()}")
+            return str(value)
+        if self.kind == "choice":
+            if value not in self.choices:
+                raise ValueError(f"{value!r} is not allowed: expected {self.allowed()}")
+            return str(value)
+        raise AssertionError(self.kind)
+
+    def toml_default(self) -> object:
+        """Return the default as it is written in a TOML file."""
+        return self.default
+
+
+AGENT_OPTIONS: tuple[Option, ...] = (
+    Option("interval", "duration", "1s",
+           "How often each sampler publishes its records.",
+           min_ns=10_000_000, max_ns=3_600_000_000_000),
+    Option("tracefs", "path", "",
+           "tracefs mount point; empty means discover it (/sys/kernel/tracing, then"
+           " /proc/mounts), mounting it when running as root."),
+    Option("procfs", "path", "/proc", "Root of procfs, for reading another tree in tests."),
+    Option("sysfs", "path", "/sys", "Root of sysfs, for reading another tree in tests."),
+    Option("persist", "bool", False,
+           "Register events with USER_EVENT_REG_PERSIST (Linux >= 6.7, CAP_PERFMON) so they"
+           " stay defined while the agent restarts; ignored with a warning where unsupported."),
+    Option("multi_format", "bool", False,
+           "Register with USER_EVENT_REG_MULTI_FORMAT (Linux >= 6.10): tracepoints become"
+           " user_events_multi:<name>.<id>, so agents of different versions can coexist."),
+    Option("log_level", "choice", "info", "How much the agent logs to stderr.",
+           choices=("debug", "info", "warning", "error")),
+)
+
+#: Options every sampler section has; samplers may add their own (Sampler.options).
+SAMPLER_OPTIONS: tuple[Option, ...] = (
+    Option("enabled", "bool", True,
+           "Run this sampler. Even when enabled it reads nothing while no consumer has one"
+           " of its events enabled."),
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The effective configuration: defaults overlaid with a file and the command line."""
+
+    path: Path | None = None
+    agent: Mapping[str, object] = field(default_factory=dict)
+    samplers: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+
+    @property
+    def interval_ns(self) -> int:
+        """Return the publish interval in nanoseconds."""
+        return int(self.agent["interval"])  # type: ignore[call-overload]
+
+    def sampler_enabled(self, name: str) -> bool:
+        """Return whether sampler ``name`` is enabled."""
+        return bool(self.samplers[name]["enabled"])
+
+
+def sampler_options(names_to_extra: Mapping[str, tuple[Option, ...]]) -> dict[
+        str, tuple[Option, ...]]:
+    """Return every sampler's full option table (common options first)."""
+    return {n: SAMPLER_OPTIONS + extra for n, extra in names_to_extra.items()}
+
+
+def defaults(samplers: Mapping[str, tuple[Option, ...]]) -> Config:
+    """Return the built-in default configuration."""
+    agent = {o.key: o.convert(o.default) for o in AGENT_OPTIONS}
+    return Config(None, agent, {n: {o.key: o.convert(o.default) for o in opts}
+                                for n, opts in samplers.items()})
+
+
+def load(path: str | Path, samplers: Mapping[str, tuple[Option, ...]]) -> Config:
+    """Return the configuration in ``path``; raise ConfigError naming file and line."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{p}: is a directory, expected a TOML file") from None
+    except PermissionError:
+        raise ConfigError(f"{p}: permission denied") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not a text file (expected UTF-8 TOML)") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: {e.strerror}") from None
+    return parse(text, samplers, p)
+
+
+def parse(text: str, samplers: Mapping[str, tuple[Option, ...]],
+          path: Path | None = None) -> Config:
+    """Return the configuration in TOML ``text`` (``path`` only names it in errors)."""
+    where = str(path) if path else "<config>"
+    try:
+        doc = tomlkit.parse(text).unwrap()
+    except tomlkit.exceptions.ParseError as e:
+        msg = str(e).split(" at line ")[0]
+        raise ConfigError(f"{where}:{e.line}: invalid TOML: {msg}") from None
+    except tomlkit.exceptions.TOMLKitError as e:  # e.g. a key defined twice
+        # tomlkit keeps no position for these; the standard parser's message has one.
+        line = 1
+        try:
+            tomllib.loads(text)
+        except tomllib.TOMLDecodeError as te:
+            m = re.search(r"at line (\d+)", str(te))
+            line = int(m.group(1)) if m else 1
+        raise ConfigError(f"{where}:{line}: invalid TOML: {e}") from None
+    lines = _KeyLines(text)
+
+    def fail(table: tuple[str, ...], key: str | None, msg: str) -> ConfigError:
+        return ConfigError(f"{where}:{lines.find(table, key)}: {msg}")
+
+    base = defaults(samplers)
+    unknown = [k for k in doc if k not in ("agent", "samplers")]
+    if unknown:
+        raise fail((), unknown[0],
+                   f"unknown table or key {unknown[0]!r}; allowed: [agent], [samplers.<name>]")
+    agent = dict(base.agent)
+    agent.update(_section(doc.get("agent", {}), AGENT_OPTIONS, ("agent",), fail))
+    sections = doc.get("samplers", {})
+    if not isinstance(sections, dict):
+        raise fail((), "samplers", "'samplers' must be a table of [samplers.<name>] sections")
+    out = {n: dict(v) for n, v in base.samplers.items()}
+    for name, section in sections.items():
+        if name not in samplers:
+            raise fail(("samplers",), name,
+                       f"unknown sampler {name!r}; known: {', '.join(sorted(samplers))}")
+        out[name].update(_section(section, samplers[name], ("samplers", name), fail))
+    return Config(path, agent, out)
+
+
+def _section(section: object, options: tuple[Option, ...], table: tuple[str, ...],
+             fail) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    name = ".".join(table)
+    if not isinstance(section, dict):
+        raise fail(table[:-1], table[-1], f"{name!r} must be a table, e.g. [{name}]")
+    known = {o.key: o for o in options}
+    out: dict[str, object] = {}
+    for key, value in section.items():
+        opt = known.get(key)
+        if opt is None:
+            raise fail(table, key, f"unknown key {key!r} in [{name}]; allowed: "
+                       + ", ".join(known))
+        try:
+            out[key] = opt.convert(value)
+        except ValueError as e:
+            raise fail(table, key, f"[{name}] {key}: {e}") from None
+    return out
+
+
+_HEADER_RE = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]")
+_KEY_RE = re.compile(r"^\s*([A-Za-z0-9_\-\"' .]+?)\s*=")
+
+
+def _split_key(text: str) -> tuple[str, ...]:
+    return tuple(p.strip().strip("\"'") for p in text.split("."))
+
+
+class _KeyLines:
+    """Find the line a key or table was written on (tomlkit keeps no positions).
+
+    Understands headers, plain and dotted keys (``agent.interval = ...``); a key inside an
+    inline table (``agent = { interval = ... }``) is found through its parent key's line.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.lines: dict[tuple[str, ...], int] = {}
+        table: tuple[str, ...] = ()
+        for n, line in enumerate(text.splitlines(), 1):
+            h = _HEADER_RE.match(line)
+            if h:
+                table = _split_key(h.group(1))
+                for i in range(1, len(table) + 1):
+                    self.lines.setdefault(table[:i], n)
+                continue
+            k = _KEY_RE.match(line)
+            if k:
+                full = table + _split_key(k.group(1))
+                for i in range(len(table) + 1, len(full) + 1):
+                    self.lines.setdefault(full[:i], n)
+
+    def find(self, table: tuple[str, ...], key: str | None) -> int:
+        path = table + ((key,) if key is not None else ())
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[:-1]
+        return 1
+
+
+def render_default(samplers: Mapping[str, tuple[Option, ...]], docs: Mapping[str, str]) -> str:
+    """Return the text of ``configs/default.toml``: every option, commented, at its default."""
+    doc = tomlkit.document()
+    doc.add(tomlkit.comment("rezolus-ue configuration: every option at its default value."))
+    doc.add(tomlkit.comment("Generated by `python -m rezolus_ue.docs`; edit rezolus_ue/config.py."))
+    doc.add(tomlkit.nl())
+    doc.add("agent", _table(AGENT_OPTIONS))
+    samp = tomlkit.table(is_super_table=True)
+    for name, opts in samplers.items():
+        t = _table(opts)
+        t.comment(docs.get(name, ""))
+        samp.add(name, t)
+    doc.add("samplers", samp)
+    return tomlkit.dumps(doc)
+
+
+def _table(options: tuple[Option, ...]) -> tomlkit.items.Table:
+    t = tomlkit.table()
+    for o in options:
+        for line in _wrap(o.help):
+            t.add(tomlkit.comment(line))
+        t.add(o.key, o.toml_default())
+    return t
+
+
+def _wrap(text: str, width: int = 88) -> list[str]:
+    words, lines, cur = text.split(), [], ""
+    for w in words:
+        if cur and len(cur) + 1 + len(w) > width:
+            lines.append(cur)
+            cur = w
+        else:
+            cur = f"{cur} {w}" if cur else w
+    return [*lines, cur] if cur else lines

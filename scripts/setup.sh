@@ -1,0 +1,52 @@
+#!/bin/sh
+# Install what rezolus-ue needs on Debian or Ubuntu, as root, into ./.venv.
+#   scripts/setup.sh         run-time needs (the agent)
+#   scripts/setup.sh --dev   also the test tools: QEMU + virtme-ng (VM tier), perf, man
+# Idempotent and quick when everything is already there.
+set -eu
+cd "$(dirname "$0")/.."
+dev=0
+[ "${1:-}" = "--dev" ] && dev=1
+
+say() { echo "setup: $*" >&2; }
+
+# perf is linux-perf on Debian, linux-tools-* on Ubuntu.
+perf_pkg=linux-perf
+if command -v apt-get >/dev/null 2>&1 && [ -r /etc/os-release ] && grep -qi ubuntu /etc/os-release; then
+    perf_pkg="linux-tools-common linux-tools-generic"
+fi
+
+pkgs="ca-certificates libbpf1 $perf_pkg"
+python3 -c 'import ensurepip, venv' 2>/dev/null || pkgs="$pkgs python3-venv python3-pip"
+if [ "$dev" = 1 ]; then
+    # udev: without it virtme-ng cannot find its virtio-serial ports (output is lost).
+    pkgs="$pkgs qemu-system-x86 udev man-db groff-base tmux"
+fi
+
+missing=""
+for p in $pkgs; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    if [ "$(id -u)" != 0 ]; then
+        say "missing packages:$missing; rerun as root (sudo $0 $*)"
+        exit 1
+    fi
+    say "installing:$missing"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # shellcheck disable=SC2086
+    apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    say "rezolus-ue needs Python >= 3.11; $(python3 --version) found"
+    exit 1
+fi
+[ -x .venv/bin/python ] || python3 -m venv .venv
+extra=""
+[ "$dev" = 1 ] && extra="[dev]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".$extra" 2>&1 \
+    | grep -v -e "^WARNING: Location" -e "Running pip as the 'root' user" >&2 || true
+.venv/bin/python -c 'import rezolus_ue, tracefs_tools' || { say "install failed"; exit 1; }
+say "ready: .venv/bin/rezolus-ue"

@@ -1,0 +1,241 @@
+"""Test tiers: pure unit tests, ``host`` tests, and ``kernel`` tests that need user_events.
+
+``kernel`` tests run where a kernel with user_events is:
+
+* on this machine, when its kernel has ``user_events_data`` (and we are root), or when we
+  *are* the VM (``REZOLUS_UE_IN_VM=1``);
+* else inside one VM booted with virtme-ng from ``REZOLUS_UE_TEST_KERNEL`` (a bzImage):
+  every selected kernel test runs in that single boot, its per-test outcomes come back as
+  JSON, and each host-side test item reports the VM's outcome (failures with the VM's
+  traceback);
+* else they skip, saying why.
+
+With ``REZOLUS_UE_REQUIRE_KERNEL_TESTS=1`` (set by .ci/run), a skipped kernel test fails the
+session: CI must not go green by quietly not testing the kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+IN_VM = os.environ.get("REZOLUS_UE_IN_VM") == "1"
+KERNEL_IMAGE = os.environ.get("REZOLUS_UE_TEST_KERNEL", "")
+REQUIRE_KERNEL = os.environ.get("REZOLUS_UE_REQUIRE_KERNEL_TESTS") == "1"
+VM_TIMEOUT_S = int(os.environ.get("REZOLUS_UE_VM_TIMEOUT", "1200"))
+VM_DIR = ROOT / ".vmtest"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--vm-report", default="", help="(internal) write per-test outcomes here")
+
+
+def _host_user_events() -> tuple[bool, str]:
+    if os.geteuid() != 0:
+        return False, "kernel tests need root"
+    try:
+        from tracefs_tools import find_tracefs
+
+        root = find_tracefs(mount=True)
+    except Exception as e:
+        return False, f"no tracefs: {e}"
+    if not (root / "user_events_data").exists():
+        return False, "this kernel has no user_events"
+    return True, ""
+
+
+def _kernel_mode() -> tuple[str, str]:
+    """Return ("local" | "vm" | "skip", reason)."""
+    if IN_VM:
+        return "local", ""
+    ok, why = _host_user_events()
+    if ok:
+        return "local", ""
+    if not KERNEL_IMAGE:
+        return "skip", f"{why}; set REZOLUS_UE_TEST_KERNEL to a bzImage to run them in a VM"
+    if not Path(KERNEL_IMAGE).is_file():
+        return "skip", f"{why}; REZOLUS_UE_TEST_KERNEL={KERNEL_IMAGE} is not a file"
+    missing = [t for t in ("vng", "qemu-system-x86_64") if not _which(t)]
+    if missing:
+        return "skip", f"{why}; VM tier needs {', '.join(missing)} (run scripts/setup.sh --dev)"
+    return "vm", why
+
+
+def _which(tool: str) -> str | None:
+    here = Path(sys.executable).parent / tool
+    return str(here) if here.exists() else shutil.which(tool)
+
+
+class VMResults:
+    """Runs the selected kernel tests in one VM boot, on first use."""
+
+    def __init__(self, config: pytest.Config, nodeids: list[str]) -> None:
+        self.config = config
+        self.nodeids = nodeids
+        self.outcomes: dict[str, dict[str, str]] | None = None
+        self.error = ""
+        self.log = ""
+        self.seconds = 0.0
+
+    def get(self, nodeid: str) -> dict[str, str]:
+        if self.outcomes is None:
+            self._run()
+        assert self.outcomes is not None
+        return self.outcomes.get(nodeid) or {
+            "outcome": "failed",
+            "longrepr": f"no result from the VM for {nodeid}\n{self.error}\n{self.log[-4000:]}",
+        }
+
+    def _run(self) -> None:
+        VM_DIR.mkdir(exist_ok=True)
+        report = VM_DIR / "report.json"
+        report.unlink(missing_ok=True)
+        logf = VM_DIR / "pytest.log"
+        # The command travels on the guest kernel's command line (2 KiB at most), so the
+        # test list goes in a script on the shared checkout instead.
+        script = VM_DIR / "run.sh"
+        args = " ".join(shlex.quote(n) for n in self.nodeids)
+        script.write_text(
+            f"cd {shlex.quote(str(ROOT))}\n"
+            "export REZOLUS_UE_IN_VM=1 PYTHONDONTWRITEBYTECODE=1\n"
+            f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH\n"
+            f"{shlex.quote(sys.executable)} -m pytest -p no:cacheprovider -q -rs"
+            f" --vm-report={shlex.quote(str(report))} {args} > {shlex.quote(str(logf))} 2>&1\n"
+        )
+        cmd = [
+            _which("vng") or "vng", "--run", KERNEL_IMAGE, "--disable-kvm", "--force-9p",
+            "--user", "root", "--cpus", "2", "--memory", "2G", "--rwdir", str(ROOT),
+            "--exec", f"sh {shlex.quote(str(script))}",
+        ]
+        start = time.monotonic()
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=VM_TIMEOUT_S,
+                               cwd=ROOT, stdin=subprocess.DEVNULL)
+            out = f"exit status {p.returncode}\n{p.stdout}{p.stderr}"
+        except subprocess.TimeoutExpired as e:
+            out = f"VM timed out after {VM_TIMEOUT_S}s\n{e.stdout or ''}{e.stderr or ''}"
+        except OSError as e:
+            out = f"cannot start vng: {e}"
+        self.seconds = time.monotonic() - start
+        self.log = logf.read_text(errors="replace") if logf.exists() else ""
+        try:
+            self.outcomes = json.loads(report.read_text())
+        except (OSError, ValueError):
+            self.outcomes = {}
+            self.error = f"the VM produced no report; vng said:\n{out[-4000:]}"
+
+
+class VMProxyItem(pytest.Item):
+    """Stands in on the host for a kernel test that runs inside the VM."""
+
+    def __init__(self, *, vm: VMResults, original: pytest.Item, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.vm = vm
+        self.original_location = original.location
+        self.own_markers = list(original.iter_markers())
+
+    def runtest(self) -> None:
+        res = self.vm.get(self.nodeid)
+        if res["outcome"] == "skipped":
+            pytest.skip(f"[in VM] {res.get('longrepr', '')}")
+        if res["outcome"] != "passed":
+            raise VMTestFailure(res.get("longrepr", "failed in the VM"))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> str:  # type: ignore[override]
+        if isinstance(excinfo.value, VMTestFailure):
+            return f"[in VM] {excinfo.value}"
+        return str(excinfo.value)
+
+    def reportinfo(self) -> tuple[str, int | None, str]:
+        path, line, name = self.original_location
+        return path, line, f"{name} [vm]"
+
+
+class VMTestFailure(Exception):
+    """A kernel test failed inside the VM; the message is its report there."""
+
+
+_state: dict[str, object] = {"mode": ("", ""), "vm": None, "kernel_skipped": []}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _state["mode"] = _kernel_mode()
+    if config.getoption("--vm-report"):
+        config.pluginmanager.register(_VMReporter(config.getoption("--vm-report")), "vmreport")
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: boot only for what is selected
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    mode, reason = _state["mode"]  # type: ignore[misc]
+    kernel = [i for i in items if i.get_closest_marker("kernel")]
+    if not kernel:
+        return
+    if mode == "skip":
+        for item in kernel:
+            item.add_marker(pytest.mark.skip(reason=f"kernel tier: {reason}"))
+    elif mode == "vm":
+        vm = VMResults(config, [i.nodeid for i in kernel])
+        _state["vm"] = vm
+        for n, item in enumerate(items):
+            if item.get_closest_marker("kernel"):
+                items[n] = VMProxyItem.from_parent(item.parent, name=item.name, vm=vm,
+                                                   original=item)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if "kernel" in report.keywords and report.skipped:
+        _state["kernel_skipped"].append(report.nodeid)  # type: ignore[union-attr]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
+    vm: VMResults | None = _state["vm"]  # type: ignore[assignment]
+    mode, reason = _state["mode"]  # type: ignore[misc]
+    tr = terminalreporter
+    if vm is not None and vm.outcomes is not None:
+        tr.write_sep("-", f"kernel tier: {len(vm.nodeids)} tests in one VM boot"
+                          f" ({vm.seconds:.0f}s, log: {VM_DIR / 'pytest.log'})")
+        tail = [ln for ln in vm.log.splitlines() if ln.strip()][-3:]
+        for line in tail:
+            tr.write_line(f"  vm: {line}")
+    elif mode == "local":
+        tr.write_line("kernel tier: ran on this kernel")
+    skipped = _state["kernel_skipped"]
+    if REQUIRE_KERNEL and skipped:
+        tr.write_sep("!", f"REZOLUS_UE_REQUIRE_KERNEL_TESTS=1 but {len(skipped)} kernel"
+                          f" tests were skipped ({reason or 'see above'})", red=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if REQUIRE_KERNEL and _state["kernel_skipped"] and not IN_VM:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+class _VMReporter:
+    """Inside the VM: record each test's outcome for the host to report."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+        self.results: dict[str, dict[str, str]] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        cur = self.results.setdefault(report.nodeid, {"outcome": "passed"})
+        if report.failed:
+            cur["outcome"] = "failed"
+            cur["longrepr"] = cur.get("longrepr", "") + f"[{report.when}] {report.longreprtext}"
+        elif report.skipped and cur["outcome"] == "passed":
+            cur["outcome"] = "skipped"
+            lr = report.longrepr
+            cur["longrepr"] = lr[2] if isinstance(lr, tuple) else str(lr)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.path.write_text(json.dumps(self.results, indent=1))

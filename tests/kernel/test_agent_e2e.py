@@ -1,0 +1,148 @@
+"""The agent end to end on a kernel with user_events: real perf, real ftrace.
+
+Each test starts `python -m rezolus_ue run` as a subprocess, exactly as a user would.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rezolus_ue.schema import AGENT, CPU_USAGE
+
+from .conftest import wait_for
+
+pytestmark = pytest.mark.kernel
+G = "user_events"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class AgentProcess:
+    """A running `rezolus-ue run` with its stderr captured to a file."""
+
+    def __init__(self, *args: str) -> None:
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="agent-", suffix=".log")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rezolus_ue", "run", *args],
+            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+
+    def wait_registered(self, tracefs) -> None:
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"agent exited {self.proc.returncode}: {self.output()}")
+            ev = tracefs.user_events_status().events
+            return CPU_USAGE.name in ev and AGENT.name in ev
+
+        wait_for(ready, timeout=60, step=0.1)
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+
+
+@pytest.fixture
+def agent(tracefs) -> Iterator[AgentProcess]:
+    a = AgentProcess("--interval", "200ms")
+    try:
+        a.wait_registered(tracefs)
+        yield a
+    finally:
+        a.stop()
+        a.log.close()
+
+
+def _field(line: str, name: str) -> int:
+    # ftrace prints user_events integers as "name=0x1f (31)"; perf script as "name=31".
+    m = re.search(rf"\b{name}=(?:0x[0-9a-f]+ \()?(\d+)", line)
+    assert m, f"no {name} in {line!r}"
+    return int(m.group(1))
+
+
+def _lines(text: str, event: str) -> list[str]:
+    return [ln for ln in text.splitlines() if f"{event}:" in ln]
+
+
+def test_writes_nothing_until_a_consumer_enables(tracefs, instance):
+    a = AgentProcess("--interval", "100ms")
+    try:
+        a.wait_registered(tracefs)
+        # Ten intervals with no consumer: the agent must not have written anything.
+        time.sleep(1.0)
+        tracefs.enable(G, AGENT.name, instance=instance)
+        first = wait_for(lambda: _lines(tracefs.read_trace(instance), AGENT.name), timeout=30)
+        assert _field(first[0], "events_written") == 0
+        assert _field(first[0], "ebadf_races") == 0
+        tracefs.enable(G, CPU_USAGE.name, instance=instance)
+        wait_for(lambda: any(_field(ln, "events_written") > 0
+                             for ln in _lines(tracefs.read_trace(instance), AGENT.name)),
+                 timeout=30)
+        tracefs.disable(G, CPU_USAGE.name, instance=instance)
+        tracefs.disable(G, AGENT.name, instance=instance)
+        assert a.stop() == 0
+        out = a.output()
+        assert "Traceback" not in out
+        assert re.search(r"stopped: [1-9]\d* records written", out), out
+        # Unregistered on SIGTERM: the kernel deletes events nobody references.
+        wait_for(lambda: CPU_USAGE.name not in tracefs.user_events_status().events, timeout=10)
+    finally:
+        a.stop()
+        a.log.close()
+
+
+def test_perf_record_and_script_show_cpu_usage(tracefs, agent, tmp_path):
+    perf = shutil.which("perf")
+    if perf is None:
+        pytest.skip("perf is not installed (Debian: linux-perf)")
+    data = tmp_path / "perf.data"
+    rec = subprocess.run(
+        [perf, "record", "-q", "-e", "user_events:rezolus_*", "-a", "-o", str(data),
+         "--", "sleep", "3"],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert rec.returncode == 0, rec.stderr
+    script = subprocess.run([perf, "script", "-i", str(data)], capture_output=True, text=True,
+                            timeout=120)
+    assert script.returncode == 0, script.stderr
+    usage = _lines(script.stdout, f"user_events:{CPU_USAGE.name}")
+    assert usage, script.stdout[-2000:]
+    by_cpu: dict[int, list[dict[str, int]]] = defaultdict(list)
+    for line in usage:
+        by_cpu[_field(line, "cpu")].append(
+            {f.name: _field(line, f.name) for f in CPU_USAGE.fields})
+    assert sorted(by_cpu) == list(range(os.cpu_count() or 1))
+    for rows in by_cpu.values():
+        assert len(rows) >= 2
+        total = [sum(v for k, v in r.items() if k != "cpu") for r in rows]
+        assert total == sorted(total) and total[-1] > total[0]  # cumulative, advancing
+    assert _lines(script.stdout, f"user_events:{AGENT.name}")
+    # perf's consumer has left: nothing enabled any more.
+    assert not tracefs.user_events_status().events[CPU_USAGE.name].consumers
+
+
+def test_ftrace_shows_cpu_usage_fields(tracefs, agent, instance):
+    tracefs.enable(G, CPU_USAGE.name, instance=instance)
+    lines = wait_for(lambda: _lines(tracefs.read_trace(instance), CPU_USAGE.name), timeout=30)
+    for f in CPU_USAGE.fields:
+        assert f"{f.name}=" in lines[0]
+    tracefs.disable(G, CPU_USAGE.name, instance=instance)

@@ -1,0 +1,159 @@
+"""The command line as a user runs it: ``python -m rezolus_ue`` in a subprocess.
+
+Errors must be one line on stderr (plus argparse's 'Try' line) and a non-zero exit, never a
+traceback. The ``host`` tests need a kernel *without* user_events (like most CI runners).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TOML = ROOT / "configs" / "default.toml"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run([sys.executable, "-m", "rezolus_ue", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+def assert_no_traceback(p: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in p.stderr + p.stdout
+    assert "internal error" not in p.stderr
+
+
+def test_help() -> None:
+    p = cli("--help")
+    assert p.returncode == 0
+    for cmd in ("run", "events", "check"):
+        assert re.search(rf"^\s+{cmd}\s", p.stdout, re.M), cmd
+    assert p.stderr == ""
+
+
+def test_run_help() -> None:
+    p = cli("run", "--help")
+    assert p.returncode == 0
+    assert "--interval" in p.stdout and "--config" in p.stdout
+
+
+def test_no_subcommand_prints_help_and_exits_2() -> None:
+    p = cli()
+    assert p.returncode == 2
+    assert p.stdout.startswith("usage: rezolus-ue")
+    assert "run" in p.stdout and "check" in p.stdout
+
+
+@pytest.mark.parametrize(("value", "needle"), [
+    ("1x", "invalid duration '1x'"),
+    ("1ms", "'1ms' is out of range"),
+    ("2h", "'2h' is out of range"),
+])
+def test_run_bad_interval(value: str, needle: str) -> None:
+    p = cli("run", "--interval", value)
+    assert p.returncode == 2
+    lines = p.stderr.splitlines()
+    assert len(lines) == 2, p.stderr
+    assert lines[0].startswith("rezolus-ue run: error:")
+    assert needle in lines[0]
+    assert lines[1] == "Try 'rezolus-ue run --help'."
+    assert_no_traceback(p)
+
+
+def test_run_huge_interval_is_a_usage_error() -> None:
+    p = cli("run", "--interval", "9" * 400 + "s")
+    assert p.returncode == 2
+    assert_no_traceback(p)
+
+
+def test_unknown_subcommand() -> None:
+    p = cli("frobnicate")
+    assert p.returncode == 2
+    assert p.stderr.splitlines()[0].startswith("rezolus-ue: error:")
+    assert_no_traceback(p)
+
+
+def test_run_missing_config() -> None:
+    p = cli("run", "--config", "/nonexistent.toml")
+    assert p.returncode == 2
+    assert p.stderr.splitlines() == ["rezolus-ue: error: /nonexistent.toml: no such file"]
+    assert p.stdout == ""
+
+
+def test_run_bad_config(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('# test\n[agent]\ninterval = "fast"\n')
+    p = cli("run", "--config", str(cfg))
+    assert p.returncode == 2
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith(f"rezolus-ue: error: {cfg}:3: [agent] interval")
+    assert_no_traceback(p)
+
+
+# --- on a host kernel without user_events ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def no_user_events() -> Path:
+    """Return the tracefs root of a kernel without user_events, or skip."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (tracefs is root-only)")
+    from tracefs_tools import find_tracefs
+
+    try:
+        root = find_tracefs(mount=True)
+    except Exception as e:
+        pytest.skip(f"no tracefs: {e}")
+    if (root / "user_events_data").exists():
+        pytest.skip(f"{root}/user_events_data exists: this kernel has user_events")
+    return root
+
+
+@pytest.mark.host
+def test_run_without_user_events(no_user_events: Path) -> None:
+    p = cli("run", "--config", str(DEFAULT_TOML))
+    assert p.returncode == 1
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("rezolus-ue: error: user_events is not available:")
+    assert "CONFIG_USER_EVENTS" in lines[0]
+    assert_no_traceback(p)
+
+
+@pytest.mark.host
+def test_check_without_user_events(no_user_events: Path) -> None:
+    p = cli("check")
+    assert p.returncode == 1
+    out = p.stdout
+    for name in ("tracefs", "user_events", "bpf", "btf", "perf software events", "kprobes"):
+        assert re.search(rf"^(PASS|WARN|FAIL)\s+{name}: \S", out, re.M), name
+    assert re.search(r"^FAIL\s+user_events: .*CONFIG_USER_EVENTS", out, re.M)
+    assert "cannot work here: user_events" in out
+    assert_no_traceback(p)
+
+
+@pytest.mark.host
+def test_events_without_user_events(no_user_events: Path) -> None:
+    p = cli("events")
+    assert p.returncode == 0
+    assert "rezolus_cpu_usage" in p.stdout
+    assert "rezolus_agent" in p.stdout
+    assert "no user_events" in p.stdout
+    assert_no_traceback(p)
+
+
+@pytest.mark.host
+def test_events_commands(no_user_events: Path) -> None:
+    p = cli("events", "--commands")
+    assert p.returncode == 0
+    lines = p.stdout.splitlines()
+    assert "perf record -e user_events:rezolus_cpu_usage -a -- sleep 5 && perf script" in lines
+    assert all(ln.startswith(("perf ", "echo ")) for ln in lines)

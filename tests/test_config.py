@@ -1,0 +1,314 @@
+"""Pure tests of configuration: durations, defaults, overrides and one-line rejections."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rezolus_ue import config
+from rezolus_ue.errors import ConfigError
+from rezolus_ue.samplers import REGISTRY, options
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TOML = ROOT / "configs" / "default.toml"
+OPTS = options()
+WHERE = Path("/etc/rezolus-ue/test.toml")
+AGENT_KEYS = [o.key for o in config.AGENT_OPTIONS]
+
+# --- durations -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "ns"),
+    [
+        ("100ms", 100_000_000),
+        ("1s", 1_000_000_000),
+        ("1.5s", 1_500_000_000),
+        ("2m", 120_000_000_000),
+        ("1h", 3_600_000_000_000),
+        ("500us", 500_000),
+        ("500µs", 500_000),
+        ("250ns", 250),
+        ("0.25ms", 250_000),
+        ("0s", 0),
+    ],
+)
+def test_parse_duration(text: str, ns: int) -> None:
+    assert config.parse_duration(text) == ns
+
+
+@pytest.mark.parametrize(
+    "text", ["", "1", "1x", "ms", "-1s", "1 sec", "1.s", ".5s", "1e3ms", "1s2", "1S", "s1"]
+)
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="invalid duration") as ei:
+        config.parse_duration(text)
+    assert config.DURATION_HELP in str(ei.value)
+
+
+def test_parse_duration_huge_number_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        config.parse_duration("9" * 400 + "s")
+
+
+@pytest.mark.parametrize(
+    ("ns", "text"),
+    [
+        (0, "0ns"),
+        (1, "1ns"),
+        (1_500, "1500ns"),
+        (500_000, "500us"),
+        (10_000_000, "10ms"),
+        (1_500_000_000, "1500ms"),
+        (1_000_000_000, "1s"),
+        (90_000_000_000, "90s"),
+        (120_000_000_000, "2m"),
+        (3_600_000_000_000, "1h"),
+        (7_200_000_000_000, "2h"),
+    ],
+)
+def test_format_duration(ns: int, text: str) -> None:
+    assert config.format_duration(ns) == text
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(st.integers(min_value=0, max_value=10**15))
+def test_format_duration_round_trips(ns: int) -> None:
+    assert config.parse_duration(config.format_duration(ns)) == ns
+
+
+# --- parse: defaults and overrides -----------------------------------------------------
+
+
+def test_empty_document_is_the_defaults() -> None:
+    got = config.parse("", OPTS)
+    want = config.defaults(OPTS)
+    assert (got.agent, got.samplers) == (want.agent, want.samplers)
+
+
+def test_defaults() -> None:
+    d = config.defaults(OPTS)
+    assert d.path is None
+    assert d.interval_ns == 1_000_000_000
+    assert dict(d.agent) == {
+        "interval": 1_000_000_000, "tracefs": "", "procfs": "/proc", "sysfs": "/sys",
+        "persist": False, "multi_format": False, "log_level": "info",
+    }
+    assert set(d.samplers) == set(REGISTRY)
+    assert all(d.sampler_enabled(name) for name in REGISTRY)
+
+
+def test_overrides_keep_the_other_defaults() -> None:
+    text = """\
+# a comment
+[agent]
+interval = "250ms"
+persist = true
+log_level = "debug"
+tracefs = "/mnt/tracing"
+
+[samplers.cpu_usage]
+enabled = false
+"""
+    c = config.parse(text, OPTS, WHERE)
+    assert c.path == WHERE
+    assert c.interval_ns == 250_000_000
+    assert c.agent["persist"] is True
+    assert c.agent["log_level"] == "debug"
+    assert c.agent["tracefs"] == "/mnt/tracing"
+    assert c.agent["procfs"] == "/proc"
+    assert c.agent["multi_format"] is False
+    assert not c.sampler_enabled("cpu_usage")
+    assert c.sampler_enabled("agent")
+
+
+def test_samplers_super_table_and_inline_table() -> None:
+    c = config.parse('[samplers]\ncpu_usage = { enabled = false }\n', OPTS)
+    assert not c.sampler_enabled("cpu_usage")
+
+
+def test_parse_does_not_mutate_defaults() -> None:
+    config.parse("[samplers.agent]\nenabled = false\n", OPTS)
+    assert config.defaults(OPTS).sampler_enabled("agent")
+
+
+def test_crlf_line_endings() -> None:
+    c = config.parse('[agent]\r\ninterval = "2s"\r\n', OPTS)
+    assert c.interval_ns == 2_000_000_000
+
+
+# --- parse: rejections -----------------------------------------------------------------
+
+REJECTIONS = [
+    # (id, text, line, substrings of the message)
+    ("unknown-top-level-key", '# my config\nintervall = "1s"\n', 2,
+     ["unknown table or key 'intervall'", "[agent]", "[samplers.<name>]"]),
+    ("unknown-top-level-table", '\n\n[agnet]\ninterval = "1s"\n', 3,
+     ["unknown table or key 'agnet'"]),
+    ("unknown-agent-key", '[agent]\ninterval = "1s"\n\nfrequency = "1s"\n', 4,
+     ["unknown key 'frequency' in [agent]", "allowed: " + ", ".join(AGENT_KEYS)]),
+    ("unknown-sampler-key", '[samplers.cpu_usage]\nenabled = true\nenable = true\n', 3,
+     ["unknown key 'enable' in [samplers.cpu_usage]", "allowed: enabled"]),
+    ("unknown-sampler", '[agent]\n\n[samplers.cpu_usage]\nenabled = true\n'
+     '[samplers.disk]\nenabled = true\n', 5,
+     ["unknown sampler 'disk'", "known: " + ", ".join(sorted(REGISTRY))]),
+    ("bad-duration", '[agent]\n# comment\ninterval = "1x"\n', 3,
+     ["[agent] interval", "invalid duration '1x'", config.DURATION_HELP]),
+    ("duration-too-small", '\n[agent]\ninterval = "1ms"\n', 3,
+     ["'1ms' is out of range", "from 10ms to 1h"]),
+    ("duration-too-large", '[agent]\npersist = false\ninterval = "2h"\n', 3,
+     ["'2h' is out of range", "from 10ms to 1h"]),
+    ("duration-not-a-string", '[agent]\ninterval = 5\n', 2,
+     ["[agent] interval: expected a duration string"]),
+    ("bool-not-a-bool", '[samplers.agent]\n\nenabled = "yes"\n', 3,
+     ["[samplers.agent] enabled: expected true or false"]),
+    ("bool-as-int", '[agent]\npersist = 1\n', 2, ["[agent] persist", "true or false"]),
+    ("path-not-a-string", '[agent]\nprocfs = 3\n', 2, ["[agent] procfs", "a path string"]),
+    ("choice-not-allowed", '[agent]\ninterval = "1s"\nlog_level = "loud"\n', 3,
+     ["[agent] log_level: 'loud' is not allowed",
+      'one of "debug", "info", "warning", "error"']),
+    ("choice-wrong-case", '[agent]\nlog_level = "INFO"\n', 2, ["'INFO' is not allowed"]),
+    ("invalid-toml", '[agent]\ninterval = "1s"\npersist = tru\n', 3, ["invalid TOML"]),
+    ("invalid-toml-header", '\n\n[agent\n', 3, ["invalid TOML"]),
+    ("invalid-toml-string", '[agent]\n\n\ninterval = "1s\n', 4, ["invalid TOML"]),
+    ("samplers-in-agent", '[agent]\n\n# x\nsamplers = 3\n', 4,
+     ["unknown key 'samplers' in [agent]"]),
+    ("samplers-scalar", '# x\nsamplers = 3\n', 2,
+     ["'samplers' must be a table of [samplers.<name>] sections"]),
+    ("agent-scalar", '\nagent = "fast"\n', 2, ["'agent' must be a table, e.g. [agent]"]),
+    ("sampler-scalar", '[samplers]\n\ncpu_usage = 3\n', 3,
+     ["'samplers.cpu_usage' must be a table, e.g. [samplers.cpu_usage]"]),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "needles"),
+                         [pytest.param(*r[1:], id=r[0]) for r in REJECTIONS])
+def test_rejection_is_one_line_with_file_and_line(text: str, line: int,
+                                                  needles: list[str]) -> None:
+    with pytest.raises(ConfigError) as ei:
+        config.parse(text, OPTS, WHERE)
+    msg = str(ei.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"{WHERE}:{line}: "), msg
+    for needle in needles:
+        assert needle in msg
+    assert ei.value.exit_code == 2
+
+
+def test_rejection_without_a_path_names_config() -> None:
+    with pytest.raises(ConfigError, match=r"^<config>:2: "):
+        config.parse('[agent]\ninterval = "1x"\n', OPTS)
+
+
+def test_duplicate_key_reports_its_line() -> None:
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(WHERE))}:3: "):
+        config.parse('[agent]\ninterval = "1s"\ninterval = "2s"\n', OPTS, WHERE)
+
+
+@pytest.mark.parametrize(
+    "text", ['# c\nagent.interval = "1x"\n', '# c\nagent = { interval = "1x" }\n'],
+    ids=["dotted", "inline"],
+)
+def test_dotted_and_inline_keys_report_their_line(text: str) -> None:
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(WHERE))}:2: "):
+        config.parse(text, OPTS, WHERE)
+
+
+@pytest.mark.parametrize(
+    "text", ['"a\\nb" = 1\n', '[samplers."a\\nb"]\n', '[agent]\n"a\\nb" = 1\n'],
+    ids=["top", "sampler", "agent"],
+)
+def test_rejection_of_odd_key_is_one_line(text: str) -> None:
+    with pytest.raises(ConfigError) as ei:
+        config.parse(text, OPTS, WHERE)
+    assert "\n" not in str(ei.value)
+
+
+# --- files -----------------------------------------------------------------------------
+
+
+def test_default_toml_is_the_defaults() -> None:
+    c = config.load(DEFAULT_TOML, OPTS)
+    want = config.defaults(OPTS)
+    assert c.path == DEFAULT_TOML
+    assert (c.agent, c.samplers) == (want.agent, want.samplers)
+
+
+def test_every_sampler_has_a_default_toml_section() -> None:
+    doc = tomllib.loads(DEFAULT_TOML.read_text())
+    assert set(doc) == {"agent", "samplers"}
+    assert set(doc["agent"]) == set(AGENT_KEYS)
+    for name in REGISTRY:
+        assert name in doc["samplers"], f"configs/default.toml lacks [samplers.{name}]"
+        assert set(doc["samplers"][name]) == {o.key for o in OPTS[name]}
+    assert set(doc["samplers"]) == set(REGISTRY)
+
+
+def test_load_missing_file(tmp_path: Path) -> None:
+    p = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(p))}: no such file$"):
+        config.load(p, OPTS)
+
+
+def test_load_directory(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(tmp_path))}: .*directory"):
+        config.load(tmp_path, OPTS)
+
+
+def test_load_binary_file(tmp_path: Path) -> None:
+    p = tmp_path / "bin.toml"
+    p.write_bytes(b"\xff\xfe\x00[agent]")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(p))}: not a text file"):
+        config.load(p, OPTS)
+
+
+def test_load_names_the_file_and_line(tmp_path: Path) -> None:
+    p = tmp_path / "bad.toml"
+    p.write_text('[agent]\n\ninterval = "fast"\n')
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(p))}:3: \[agent\] interval"):
+        config.load(p, OPTS)
+
+
+# --- property: nothing but ConfigError escapes -----------------------------------------
+
+_HEADERS = ["[agent]", "[samplers]", "[samplers.cpu_usage]", "[samplers.agent]",
+            "[samplers.nope]", "[[agent]]", "[agent.sub]", "[samplers.cpu_usage.x]", "[x]",
+            "[ agent ]", "[samplers.'cpu_usage']", "[[samplers.agent]]"]
+_KEYS = [*AGENT_KEYS, "enabled", "agent", "samplers", "cpu_usage", "x", '"a b"', "agent.interval",
+         "samplers.agent.enabled", "a-b"]
+_DURATIONS = st.builds(lambda n, u: f'"{n}{u}"', st.integers(0, 10**7),
+                       st.sampled_from(["ns", "us", "ms", "s", "m", "h", "x", "", " s"]))
+_SCALARS = st.sampled_from([
+    "true", "false", "0", "-1", "5", "1.5", "inf", "nan", '""', '"info"', '"debug"',
+    '"/proc"', "1979-05-27", "1979-05-27T07:32:00Z", "07:32:00", "[]", "[1, 2]", '["a"]',
+    "{}", "{ enabled = true }", '{ interval = "1s" }', "'''x'''", '"""a\nb"""', "0x1F",
+])
+_VALUES = st.one_of(_SCALARS, _DURATIONS,
+                    st.text(max_size=12).map(lambda s: '"' + s + '"'))
+_LINES = st.one_of(
+    st.sampled_from(_HEADERS),
+    st.builds(lambda k, v: f"{k} = {v}", st.sampled_from(_KEYS), _VALUES),
+    st.just("# comment"),
+    st.just(""),
+    st.text(max_size=20),
+)
+_DOCS = st.one_of(st.text(max_size=200), st.lists(_LINES, max_size=12).map("\n".join))
+
+
+@settings(max_examples=400, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(_DOCS)
+def test_parse_returns_config_or_raises_config_error(text: str) -> None:
+    try:
+        c = config.parse(text, OPTS)
+    except ConfigError as e:
+        assert str(e).startswith("<config>")
+    else:
+        assert isinstance(c, config.Config)
+        assert set(c.samplers) == set(REGISTRY)
+        assert config.AGENT_OPTIONS[0].min_ns <= c.interval_ns <= config.AGENT_OPTIONS[0].max_ns

@@ -1,0 +1,297 @@
+"""The man page, man/rezolus-ue.8, documents what the code declares, and renders cleanly.
+
+Coverage is checked both ways against the declarations: every subcommand and option of
+``cli.build_parser()``, every ``[agent]`` and per-sampler option of ``config`` (with its
+default), every event of ``schema.EVENTS`` and every exit status; and the page documents
+nothing that no longer exists. Rendering runs ``man`` and ``groff`` when installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import pytest
+import tomlkit
+
+from rezolus_ue import __version__
+from rezolus_ue import config as cfg
+from rezolus_ue.cli import PROG, build_parser
+from rezolus_ue.errors import ConfigError, RezolusError
+from rezolus_ue.samplers import REGISTRY
+from rezolus_ue.schema import EVENTS
+
+ROOT = Path(__file__).resolve().parent.parent
+MANPAGE = ROOT / "man" / "rezolus-ue.8"
+#: Columns the page must fit when rendered (``MANWIDTH=80``).
+WIDTH = 80
+
+#: Exit statuses main() returns besides the exception classes' codes.
+EXIT_INTERNAL, EXIT_INTERRUPTED = 70, 130
+
+SECTIONS = ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "COMMANDS", "CONFIGURATION",
+            "EVENTS", "CONSUMING", "REQUIREMENTS", "EXIT STATUS", "SIGNALS", "FILES",
+            "EXAMPLES", "SEE ALSO")
+
+_ESCAPES = {r"\-": "-", r"\(aq": "'", r"\(dq": '"', r"\(lq": '"', r"\(rq": '"',
+            r"\(em": "--", r"\(bu": "*", r"\e": "\\", r"\%": "", r"\&": "", r"\:": ""}
+_FONT_RE = re.compile(r"\\f(?:\[[^\]]*\]|\(..|.)")
+_ARG_RE = re.compile(r'"((?:[^"]|"")*)"?|(\S+)')
+_OPTION_RE = re.compile(r"(?<![\w-])--?[a-z][a-z0-9-]*")
+_BREAK_MACROS = (".TP", ".PP", ".P", ".LP", ".IP", ".SS", ".SH", ".RS", ".RE", ".EX")
+
+
+def plain(roff: str) -> str:
+    """Return roff with font changes and common escapes reduced to text (macros stay)."""
+    text = _FONT_RE.sub("", roff)
+    for esc, char in _ESCAPES.items():
+        text = text.replace(esc, char)
+    return text
+
+
+def tag_text(line: str) -> str:
+    """Return the text a line prints: a font macro's arguments joined as roff does."""
+    if not line.startswith("."):
+        return plain(line).strip()
+    macro, _, rest = line.partition(" ")
+    args = []
+    for m in _ARG_RE.finditer(rest):
+        quoted, word = m.groups()
+        args.append(word if quoted is None else quoted.replace('""', '"'))
+    # .B and .I join their arguments with spaces; .BR, .IR, ... alternate fonts, no spaces.
+    sep = " " if macro in (".B", ".I", ".SM", ".SB", ".SH", ".SS") else ""
+    return plain(sep.join(args)).strip()
+
+
+def split_by(text: str, macro: str) -> dict[str, str]:
+    """Return the bodies of ``text`` under each ``macro`` heading (.SH or .SS), by title."""
+    out: dict[str, str] = {}
+    title = None
+    for line in text.splitlines():
+        if line.startswith(macro + " "):
+            title = tag_text(line)
+            out[title] = ""
+        elif title is not None:
+            out[title] += line + "\n"
+    return out
+
+
+def tagged_paragraphs(text: str) -> dict[str, str]:
+    """Return each .TP tag (the line after .TP, as text) mapped to its paragraph."""
+    out: dict[str, str] = {}
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.split(" ")[0] == ".TP" and i + 1 < len(lines):
+            body = []
+            for nxt in lines[i + 2:]:
+                if nxt.split(" ")[0] in _BREAK_MACROS:
+                    break
+                body.append(nxt)
+            out[tag_text(lines[i + 1])] = "\n".join(body)
+    return out
+
+
+def mentions(text: str, word: str) -> bool:
+    """Return whether ``word`` occurs in roff ``text`` as a whole word or option."""
+    return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", plain(text)) is not None
+
+
+@cache
+def page() -> str:
+    """Return the roff source without comment lines."""
+    lines = MANPAGE.read_text().splitlines()
+    return "\n".join(ln for ln in lines if not ln.startswith(('.\\"', "'\\\""))) + "\n"
+
+
+@cache
+def sections() -> dict[str, str]:
+    return split_by(page(), ".SH")
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Return the parser's subcommands by name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """Return the parser's option actions (not positionals, not the subcommand action)."""
+    return [a for a in parser._actions if a.option_strings]
+
+
+def toml_value(value: object) -> str:
+    return tomlkit.item(value).as_string()
+
+
+# --- structure ---------------------------------------------------------------------------
+
+def test_sections_in_order() -> None:
+    titles = list(sections())
+    assert [t for t in titles if t in SECTIONS] == list(SECTIONS), titles
+
+
+def test_title_names_the_current_version() -> None:
+    th = next(ln for ln in page().splitlines() if ln.startswith(".TH "))
+    fields = shlex.split(th)
+    assert fields[1:3] == [PROG.upper(), "8"], th
+    assert fields[4] == f"{PROG} {__version__}", f"update the .TH line of {MANPAGE.name}"
+
+
+# --- command line ------------------------------------------------------------------------
+
+def test_commands_section_has_one_subsection_per_subcommand() -> None:
+    documented = set(split_by(sections()["COMMANDS"], ".SS"))
+    assert documented == set(subcommands(build_parser()))
+
+
+@pytest.mark.parametrize("command", sorted(subcommands(build_parser())))
+def test_subcommand_options_are_documented(command: str) -> None:
+    sub = subcommands(build_parser())[command]
+    body = split_by(sections()["COMMANDS"], ".SS")[command]
+    synopsis = sections()["SYNOPSIS"]
+    assert re.search(rf"^\.B {re.escape(command)}$", synopsis, re.M), f"{command} in SYNOPSIS"
+    tags = tagged_paragraphs(body)
+    for action in options(sub):
+        tag = next((t for t in tags if any(mentions(t, o) for o in action.option_strings)),
+                   None)
+        assert tag is not None, f"{command} {action.option_strings}: no .TP entry"
+        for opt in action.option_strings:
+            assert mentions(tag, opt), f"{command}: {opt} missing from '{tag}'"
+        if action.metavar:
+            assert mentions(tag, str(action.metavar)), f"{command}: metavar of '{tag}'"
+        if action.dest != "help":
+            assert any(mentions(synopsis, o) for o in action.option_strings), (
+                f"{command} {action.option_strings} missing from SYNOPSIS")
+    known = {o for a in options(sub) for o in a.option_strings}
+    stale = {o for t in tags for o in _OPTION_RE.findall(t)} - known
+    assert not stale, f"{command}: documented options that do not exist: {stale}"
+
+
+def test_global_options_are_documented() -> None:
+    parser = build_parser()
+    tags = tagged_paragraphs(sections()["OPTIONS"])
+    synopsis = sections()["SYNOPSIS"]
+    for action in options(parser):
+        assert any(all(mentions(t, o) for o in action.option_strings) for t in tags), (
+            f"{action.option_strings} missing from OPTIONS")
+        assert any(mentions(synopsis, o) for o in action.option_strings), (
+            f"{action.option_strings} missing from SYNOPSIS")
+    known = {o for a in options(parser) for o in a.option_strings}
+    stale = {o for t in tags for o in _OPTION_RE.findall(t)} - known
+    assert not stale, f"OPTIONS documents options that do not exist: {stale}"
+
+
+def test_every_long_option_appears() -> None:
+    parser = build_parser()
+    parsers = [parser, *subcommands(parser).values()]
+    longs = {o for p in parsers for a in options(p) for o in a.option_strings
+             if o.startswith("--")}
+    missing = sorted(o for o in longs if not mentions(page(), o))
+    assert not missing
+
+
+# --- configuration -----------------------------------------------------------------------
+
+def _config_subsection(prefix: str) -> str:
+    subs = split_by(sections()["CONFIGURATION"], ".SS")
+    return next(body for title, body in subs.items() if title.startswith(prefix))
+
+
+def test_agent_options_with_defaults() -> None:
+    tags = set(tagged_paragraphs(_config_subsection("[agent]")))
+    assert tags == {f"{o.key} = {toml_value(o.toml_default())}" for o in cfg.AGENT_OPTIONS}
+
+
+def test_every_agent_option_key_appears() -> None:
+    for opt in cfg.AGENT_OPTIONS:
+        assert mentions(page(), opt.key), opt.key
+
+
+def test_sampler_options_with_defaults() -> None:
+    body = _config_subsection("[samplers.")
+    tags = set(tagged_paragraphs(body))
+    assert tags == {f"{o.key} = {toml_value(o.toml_default())}" for o in cfg.SAMPLER_OPTIONS}
+    for name in REGISTRY:
+        assert mentions(body, name), f"sampler {name} not named"
+
+
+def test_config_lookup_is_documented() -> None:
+    body = sections()["CONFIGURATION"]
+    assert str(cfg.SYSTEM_CONFIG) in plain(body)
+    assert mentions(body, "--config")
+    assert str(cfg.SYSTEM_CONFIG) in tagged_paragraphs(sections()["FILES"])
+
+
+# --- events and exit status --------------------------------------------------------------
+
+def test_events_section_lists_every_event() -> None:
+    paras = tagged_paragraphs(sections()["EVENTS"])
+    assert set(paras) == {e.name for e in EVENTS}
+    for e in EVENTS:
+        assert mentions(paras[e.name], e.sampler), f"{e.name}: sampler {e.sampler}"
+    assert "docs/events.md" in sections()["EVENTS"]
+    assert "/format" in sections()["EVENTS"]
+
+
+def test_exit_statuses() -> None:
+    codes = {int(t) for t in tagged_paragraphs(sections()["EXIT STATUS"])}
+    assert codes == {0, RezolusError.exit_code, ConfigError.exit_code, EXIT_INTERNAL,
+                     EXIT_INTERRUPTED}
+
+
+def test_see_also() -> None:
+    see = plain(sections()["SEE ALSO"])
+    for ref in ("perf-record", "perf-script", "trace-cmd"):
+        assert re.search(rf"^\.BR {ref} \(1\)", see, re.M), ref
+    assert "Documentation/trace/user_events.rst" in see
+
+
+# --- rendering ---------------------------------------------------------------------------
+
+def _render_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAN_KEEP_FORMATTING", "MANOPT", "MANPAGER", "PAGER", "MANROFFOPT")}
+    env["MANWIDTH"] = str(WIDTH)
+    return env
+
+
+def _render() -> subprocess.CompletedProcess[str]:
+    if shutil.which("man"):
+        cmd = ["man", "-l", "-P", "cat", str(MANPAGE)]
+    elif shutil.which("groff"):
+        # What man does, minus the pager: plain ASCII text, no overstriking.
+        cmd = ["groff", "-man", "-Tascii", f"-rLL={WIDTH - 2}n", "-P-cbou", str(MANPAGE)]
+    else:
+        pytest.skip("neither man nor groff is installed (apt-get install man-db groff-base)")
+    return subprocess.run(cmd, capture_output=True, text=True, errors="replace",
+                          env=_render_env(), timeout=60, check=False)
+
+
+def test_renders() -> None:
+    out = _render()
+    assert out.returncode == 0, out.stderr
+    assert PROG in out.stdout
+    assert "SYNOPSIS" in out.stdout
+    for title in SECTIONS:
+        assert re.search(rf"^{title}$", out.stdout, re.M), f"{title} not rendered"
+    wide = [ln for ln in out.stdout.splitlines() if len(ln) > WIDTH]
+    assert not wide, f"lines wider than {WIDTH} columns: {wide}"
+
+
+@pytest.mark.parametrize("device", ["", "-Tutf8", "-Tascii"])
+def test_groff_warnings(device: str) -> None:
+    if not shutil.which("groff"):
+        pytest.skip("groff is not installed (apt-get install groff-base)")
+    cmd = ["groff", "-man", "-ww", "-z", *([device] if device else []), str(MANPAGE)]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=_render_env(), timeout=60,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
