@@ -9,6 +9,8 @@ and disabled; it never stops the others.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import logging
 import os
 import select
@@ -22,6 +24,37 @@ from .publisher import Publisher
 from .samplers import REGISTRY, Roots, Sampler, SamplerContext
 
 log = logging.getLogger("rezolus_ue")
+
+
+#: Where the single-instance lock lives; override for tests or unusual systems.
+RUNTIME_DIR = Path(os.environ.get("REZOLUS_UE_RUNTIME_DIR", "/run/rezolus-ue"))
+
+
+def single_instance_lock(runtime_dir: Path = RUNTIME_DIR) -> int | None:
+    """Return the fd holding the agent lock; raise if another agent holds it.
+
+    Two agents would register the same events and both write every record. Returns None
+    (no lock, with a debug note) when the directory cannot be created, e.g. unprivileged.
+    """
+    path = runtime_dir / "agent.lock"
+    try:
+        runtime_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        log.debug("no single-instance lock at %s: %s", path, e.strerror)
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        other = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise RezolusError(f"another rezolus-ue agent is running (pid {other}, lock"
+                               f" {path}); stop it first") from None
+        raise RezolusError(f"cannot lock {path}: {e.strerror}") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 @dataclass
@@ -93,8 +126,12 @@ class Agent:
             if sampler is None:
                 continue
             if not sampler.wanted:
+                if st.status == "active":
+                    log.info("%s: no consumer left, idle", st.name)
                 st.status = "idle"
                 continue
+            if st.status != "active":
+                log.info("%s: consumer attached, sampling", st.name)
             st.status = "active"
             try:
                 sampler.collect()

@@ -142,12 +142,13 @@ def load_config(path: Path | None) -> cfg.Config:
 def _cmd_run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from .agent import Agent
+    from .agent import Agent, single_instance_lock
 
     conf = load_config(args.config)
     if args.interval is not None:
         conf = replace(conf, agent={**conf.agent, "interval": args.interval})
     log.setLevel(str(conf.agent["log_level"]).upper())
+    lock = single_instance_lock()
     agent = Agent(conf, _tracefs_root(str(conf.agent["tracefs"])))
     stop: list[int] = []
     rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -173,6 +174,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             signal.signal(s, h)
         os.close(rfd)
         os.close(wfd)
+        if lock is not None:
+            os.close(lock)
     st = agent.stats()
     log.info("stopped: %d records written, %d EBADF races, %d write errors, %d sampler errors",
              st["events_written"], st["ebadf_races"], st["write_errors"], st["sampler_errors"])

@@ -70,11 +70,13 @@ def show_events(commands_only: bool = False) -> int:
         con.print("No rezolus-ue event is registered: is the agent running? (`rezolus-ue run`)")
     if note:
         con.print(f"note: {note}")
-    e = EVENTS[0]
-    perf, ftrace = watch_commands(e, root)
-    con.print("\nwatch one event (replace the name for others; all with 'user_events:rezolus_*'):")
-    con.print(f"  perf:   {perf}", soft_wrap=True)
-    con.print(f"  ftrace: {ftrace}", soft_wrap=True)
+    con.print("\nwatch every event: perf record -e 'user_events:rezolus_*' -a -- sleep 5"
+              " && perf script", soft_wrap=True)
+    for e in EVENTS:
+        perf, ftrace = watch_commands(e, root)
+        con.print(f"\n[bold]{e.name}[/]: {e.description}", soft_wrap=True)
+        con.print(f"  perf:   {perf}", soft_wrap=True)
+        con.print(f"  ftrace: {ftrace}", soft_wrap=True)
     con.print("field reference: docs/events.md, or the event's format file:"
               f" {root}/events/{GROUP}/<name>/format", soft_wrap=True)
     return 0

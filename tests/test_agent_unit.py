@@ -217,3 +217,26 @@ def test_run_wakes_on_the_wake_fd() -> None:
         os.close(wfd)
     assert time.monotonic() - start < 2
     assert s.collected == 1
+
+
+def test_single_instance_lock(tmp_path: Path) -> None:
+    from rezolus_ue.agent import single_instance_lock
+    from rezolus_ue.errors import RezolusError
+
+    fd = single_instance_lock(tmp_path / "run")
+    assert fd is not None
+    running = rf"another rezolus-ue agent is running \(pid {os.getpid()}"
+    with pytest.raises(RezolusError, match=running):
+        single_instance_lock(tmp_path / "run")
+    os.close(fd)
+    fd2 = single_instance_lock(tmp_path / "run")
+    assert fd2 is not None
+    os.close(fd2)
+
+
+def test_single_instance_lock_skipped_when_dir_unusable(tmp_path: Path) -> None:
+    from rezolus_ue.agent import single_instance_lock
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert single_instance_lock(blocker / "run") is None
