@@ -1,8 +1,8 @@
-"""The agent loop: start samplers, register their events, collect only while consumed.
+"""The agent loop: start samplers, register their events, sample only while consumed.
 
-Each interval the agent reads every sampler's enable words (a memory read per event) and
-calls ``collect`` only for samplers with a consumer, so with nobody listening it reads no
-procfs file and writes nothing. A sampler that cannot start, or that raises, is reported
+Each tick the agent reads every sampler's enable words (a memory read per event) and
+calls a sampler only while one of its events has a consumer, so with nobody listening it
+reads no procfs file and writes nothing. A sampler that cannot start, or that raises, is reported
 and disabled; it never stops the others.
 """
 
@@ -11,15 +11,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import logging
 import os
 import select
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import Config
 from .errors import RezolusError, SamplerUnavailable
+from .metrics.types import Histogram
 from .publisher import Publisher
 from .samplers import REGISTRY, Roots, Sampler, SamplerContext
 
@@ -66,18 +68,23 @@ class SamplerState:
     status: str  # "active" | "idle" | "unavailable" | "disabled"
     reason: str = ""
     errors: int = 0
+    refreshes: int = 0
+    #: Wall time of each refresh (sample and/or publish), in microseconds.
+    cost_us: Histogram = field(default_factory=Histogram)
 
 
 class Agent:
     """Owns the publisher and the samplers; ``run`` loops until told to stop."""
 
-    def __init__(self, config: Config, tracefs: Path) -> None:
+    def __init__(self, config: Config, tracefs: Path, runtime_dir: Path | None = None) -> None:
         self.config = config
         self.tracefs = tracefs
+        self.runtime_dir = runtime_dir
         self.publisher: Publisher | None = None
         self.states: dict[str, SamplerState] = {}
         self.sampler_errors = 0
         self._started_ns = time.monotonic_ns()
+        self._status_key: tuple = ()
 
     def start(self) -> None:
         """Open user_events and start every enabled sampler; raise if nothing can publish."""
@@ -88,7 +95,8 @@ class Agent:
             if not self.config.sampler_enabled(name):
                 self.states[name] = SamplerState(name, None, "disabled", "disabled in config")
                 continue
-            ctx = SamplerContext(roots, self.config.samplers[name], self.stats)
+            ctx = SamplerContext(roots, self.config.samplers[name], self.stats,
+                                 lambda: list(self.states.values()))
             sampler = cls(ctx)
             try:
                 sampler.start()
@@ -97,8 +105,9 @@ class Agent:
                 log.warning("sampler %s unavailable: %s", name, reason)
                 self.states[name] = SamplerState(name, None, "unavailable", reason)
                 continue
-            sampler.bind(self.publisher.register(cls.events))
-            self.states[name] = SamplerState(name, sampler, "idle")
+            sampler.bind(self.publisher.register(cls.events()))
+            self.states[name] = SamplerState(name, sampler, "idle", sampler.detail)
+        self._write_status()
 
     @property
     def event_names(self) -> list[str]:
@@ -119,8 +128,12 @@ class Agent:
             "samplers_unavailable": sum(st.status == "unavailable" for st in states),
         }
 
-    def tick(self) -> None:
-        """Collect once from every sampler that has a consumer."""
+    def tick(self, now_ns: int, publishing: bool) -> bool:
+        """Sample (and on publish ticks, publish) every sampler with a consumer.
+
+        Return True when some sampler is oversampling (wants the next sample_interval).
+        """
+        oversampling = False
         for st in self.states.values():
             sampler = st.sampler
             if sampler is None:
@@ -133,28 +146,67 @@ class Agent:
             if st.status != "active":
                 log.info("%s: consumer attached, sampling", st.name)
             st.status = "active"
+            dist = sampler.dist_wanted
+            oversampling |= dist
+            if not (dist or publishing):
+                continue
+            t0 = time.perf_counter_ns()
             try:
-                sampler.collect()
+                sampler.sample(now_ns)
+                if publishing:
+                    sampler.publish(now_ns)
             except Exception as e:  # a sampler bug must not stop the others
                 self.sampler_errors += 1
                 st.errors += 1
                 if st.errors == 1 or st.errors % 100 == 0:
                     log.error("sampler %s failed (%d times): %s", st.name, st.errors, e)
+            st.refreshes += 1
+            st.cost_us.record((time.perf_counter_ns() - t0) // 1000)
+        self._write_status()
+        return oversampling
 
     def run(self, wake_fd: int, should_stop) -> None:  # type: ignore[no-untyped-def]
-        """Tick every interval until ``should_stop()``; ``wake_fd`` interrupts the sleep."""
-        interval = self.config.interval_ns / 1e9
-        next_at = time.monotonic()
+        """Loop until ``should_stop()``; ``wake_fd`` interrupts the sleep.
+
+        Publishes every publish_interval; in between, wakes every sample_interval only
+        while some consumer has a _dist event enabled, so an idle agent wakes once per
+        publish interval to read its enable words and nothing else.
+        """
+        publish_ns = self.config.publish_interval_ns
+        sample_ns = self.config.sample_interval_ns
+        next_pub = time.monotonic_ns()
         while not should_stop():
-            self.tick()
-            next_at += interval
-            now = time.monotonic()
-            if next_at < now:  # fell behind (suspend, overload): skip, don't burst
-                next_at = now + interval - (now - next_at) % interval
-            ready, _, _ = select.select([wake_fd], [], [], next_at - now)
+            now = time.monotonic_ns()
+            publishing = now >= next_pub
+            oversampling = self.tick(now, publishing)
+            if publishing:
+                next_pub += publish_ns
+                if next_pub <= now:  # fell behind (suspend, overload): skip, don't burst
+                    next_pub = now + publish_ns
+            wake = min(next_pub, now + sample_ns) if oversampling else next_pub
+            timeout = max(0.0, (wake - time.monotonic_ns()) / 1e9)
+            ready, _, _ = select.select([wake_fd], [], [], timeout)
             if ready:
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake_fd, 512)
+
+    def _write_status(self) -> None:
+        """Write the samplers' status for `rezolus-ue events` when it changed."""
+        key = tuple((st.name, st.status, st.reason) for st in self.states.values())
+        if self.runtime_dir is None or key == self._status_key:
+            return
+        self._status_key = key
+        doc = {
+            "pid": os.getpid(),
+            "samplers": {st.name: {"status": st.status, "reason": st.reason}
+                         for st in self.states.values()},
+        }
+        tmp = self.runtime_dir / f".status.{os.getpid()}"
+        try:
+            tmp.write_text(json.dumps(doc))
+            os.replace(tmp, self.runtime_dir / "status.json")
+        except OSError as e:
+            log.debug("cannot write status: %s", e)
 
     def close(self) -> None:
         """Close every sampler and unregister every event."""
@@ -166,3 +218,16 @@ class Agent:
                     log.debug("closing sampler %s: %s", st.name, e)
         if self.publisher is not None:
             self.publisher.close()
+        if self.runtime_dir is not None:
+            with contextlib.suppress(OSError):
+                (self.runtime_dir / "status.json").unlink()
+
+
+def read_status(runtime_dir: Path = RUNTIME_DIR) -> dict | None:
+    """Return the running agent's sampler status, or None if no agent is running."""
+    try:
+        doc = json.loads((runtime_dir / "status.json").read_text())
+        os.kill(int(doc["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return doc

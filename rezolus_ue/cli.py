@@ -40,7 +40,7 @@ def _duration(text: str) -> int:
         ns = cfg.parse_duration(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-    opt = next(o for o in cfg.AGENT_OPTIONS if o.key == "interval")
+    opt = next(o for o in cfg.AGENT_OPTIONS if o.key == "publish_interval")
     if not opt.min_ns <= ns <= opt.max_ns:
         raise argparse.ArgumentTypeError(f"{text!r} is out of range: expected {opt.allowed()}")
     return ns
@@ -72,7 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"TOML config file (default: {cfg.SYSTEM_CONFIG} if it exists,"
                      " else built-in defaults; see configs/default.toml)")
     run.add_argument("-i", "--interval", metavar="DURATION", type=_duration,
-                     help=f"publish interval, overriding the config: {cfg.DURATION_HELP}")
+                     help="publish interval, overriding [agent] publish_interval:"
+                     f" {cfg.DURATION_HELP}")
+    run.add_argument("-s", "--sample-interval", metavar="DURATION", type=_duration,
+                     help="sample interval for oversampled (*_dist) events, overriding"
+                     " [agent] sample_interval")
 
     ev = sub.add_parser(
         "events", formatter_class=fmt,
@@ -142,14 +146,23 @@ def load_config(path: Path | None) -> cfg.Config:
 def _cmd_run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from .agent import Agent, single_instance_lock
+    from .agent import RUNTIME_DIR, Agent, single_instance_lock
 
     conf = load_config(args.config)
-    if args.interval is not None:
-        conf = replace(conf, agent={**conf.agent, "interval": args.interval})
+    overrides = {k: v for k, v in (("publish_interval", args.interval),
+                                    ("sample_interval", args.sample_interval)) if v is not None}
+    if overrides:
+        agent = {**conf.agent, **overrides}
+        if "sample_interval" not in overrides:
+            # A faster publish interval drags the sample interval along.
+            agent["sample_interval"] = min(agent["sample_interval"], agent["publish_interval"])
+        if agent["sample_interval"] > agent["publish_interval"]:
+            raise ConfigError("--sample-interval must not exceed the publish interval")
+        conf = replace(conf, agent=agent)
     log.setLevel(str(conf.agent["log_level"]).upper())
     lock = single_instance_lock()
-    agent = Agent(conf, _tracefs_root(str(conf.agent["tracefs"])))
+    agent = Agent(conf, _tracefs_root(str(conf.agent["tracefs"])),
+                  RUNTIME_DIR if lock is not None else None)
     stop: list[int] = []
     rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 

@@ -56,10 +56,11 @@ class Option:
     """One setting: its key, kind, default and the help text shown in docs and errors."""
 
     key: str
-    kind: str  # "duration" | "bool" | "path" | "choice"
+    kind: str  # "duration" | "bool" | "path" | "choice" | "int" | "strings"
     default: object
     help: str
     choices: tuple[str, ...] = ()
+    #: Range of a duration (ns) or an int.
     min_ns: int = 0
     max_ns: int = 0
 
@@ -72,6 +73,10 @@ class Option:
             return "true or false"
         if self.kind == "path":
             return "a path string (\"\" for the default)"
+        if self.kind == "int":
+            return f"an integer from {self.min_ns} to {self.max_ns}"
+        if self.kind == "strings":
+            return "a list of strings, e.g. [\"a\", \"b*\"]"
         return "one of " + ", ".join(f'"{c}"' for c in self.choices)
 
     def convert(self, value: object) -> object:
@@ -91,6 +96,16 @@ class Option:
             if not isinstance(value, str):
                 raise ValueError(f"expected {self.allowed()}")
             return str(value)
+        if self.kind == "int":
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"expected {self.allowed()}")
+            if not self.min_ns <= value <= self.max_ns:
+                raise ValueError(f"{value} is out of range: expected {self.allowed()}")
+            return int(value)
+        if self.kind == "strings":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"expected {self.allowed()}")
+            return tuple(value)
         if self.kind == "choice":
             if value not in self.choices:
                 raise ValueError(f"{value!r} is not allowed: expected {self.allowed()}")
@@ -99,12 +114,18 @@ class Option:
 
     def toml_default(self) -> object:
         """Return the default as it is written in a TOML file."""
-        return self.default
+        return list(self.default) if isinstance(self.default, tuple) else self.default
 
 
 AGENT_OPTIONS: tuple[Option, ...] = (
-    Option("interval", "duration", "1s",
-           "How often each sampler publishes its records.",
+    Option("publish_interval", "duration", "1s",
+           "How often each sampler publishes its records (one record per label set per"
+           " event per interval).",
+           min_ns=10_000_000, max_ns=3_600_000_000_000),
+    Option("sample_interval", "duration", "100ms",
+           "How often oversampled sources are read while a consumer has a *_dist event"
+           " enabled; the _dist records give p50/p90/p99/max of those samples over each"
+           " publish interval. At most publish_interval.",
            min_ns=10_000_000, max_ns=3_600_000_000_000),
     Option("tracefs", "path", "",
            "tracefs mount point; empty means discover it (/sys/kernel/tracing, then"
@@ -138,9 +159,14 @@ class Config:
     samplers: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
 
     @property
-    def interval_ns(self) -> int:
+    def publish_interval_ns(self) -> int:
         """Return the publish interval in nanoseconds."""
-        return int(self.agent["interval"])  # type: ignore[call-overload]
+        return int(self.agent["publish_interval"])  # type: ignore[call-overload]
+
+    @property
+    def sample_interval_ns(self) -> int:
+        """Return the sample interval in nanoseconds."""
+        return int(self.agent["sample_interval"])  # type: ignore[call-overload]
 
     def sampler_enabled(self, name: str) -> bool:
         """Return whether sampler ``name`` is enabled."""
@@ -208,6 +234,11 @@ def parse(text: str, samplers: Mapping[str, tuple[Option, ...]],
                    f"unknown table or key {unknown[0]!r}; allowed: [agent], [samplers.<name>]")
     agent = dict(base.agent)
     agent.update(_section(doc.get("agent", {}), AGENT_OPTIONS, ("agent",), fail))
+    if agent["sample_interval"] > agent["publish_interval"]:  # type: ignore[operator]
+        raise fail(("agent",), "sample_interval",
+                   "[agent] sample_interval must not exceed publish_interval ("
+                   f"{format_duration(agent['sample_interval'])} >"  # type: ignore[arg-type]
+                   f" {format_duration(agent['publish_interval'])})")  # type: ignore[arg-type]
     sections = doc.get("samplers", {})
     if not isinstance(sections, dict):
         raise fail((), "samplers", "'samplers' must be a table of [samplers.<name>] sections")
@@ -250,8 +281,9 @@ def _split_key(text: str) -> tuple[str, ...]:
 class _KeyLines:
     """Find the line a key or table was written on (tomlkit keeps no positions).
 
-    Understands headers, plain and dotted keys (``agent.interval = ...``); a key inside an
-    inline table (``agent = { interval = ... }``) is found through its parent key's line.
+    Understands headers, plain and dotted keys (``agent.publish_interval = ...``); a key
+    inside an inline table (``agent = { publish_interval = ... }``) is found through its
+    parent key's line.
     """
 
     def __init__(self, text: str) -> None:

@@ -1,255 +1,39 @@
-"""Event schemas: the one declaration of every tracepoint rezolus-ue publishes.
+"""The events rezolus-ue publishes: one per metric family of the catalog.
 
-Each event is a name plus an ordered list of typed fields with units. From that single
-declaration come the user_events ``name_args`` string, a precompiled packer, a decoder for
-tests and consumers, and ``docs/events.md`` (see ``rezolus_ue.docs``; a test fails when the
-doc is stale).
-
-Wire layout (what a consumer sees after the 8-byte common trace header): fixed-size fields
-in declaration order with no padding, native byte order; then the bytes of any ``__rel_loc``
-fields, in declaration order. A ``__rel_loc`` field is a u32 ``len << 16 | offset`` where
-``offset`` counts from the end of that 4-byte field. ``char[]`` data ends with a NUL, which
-user_events verifies.
+This module is the one list of event schemas; each is derived from its family in
+``rezolus_ue.metrics.catalog`` (see ``rezolus_ue.metrics.family`` for the field layout)
+and encoded by ``rezolus_ue.encoding``. ``docs/events.md`` is generated from it.
 """
 
 from __future__ import annotations
 
-import re
-import struct
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from functools import cached_property
+from collections.abc import Iterable
 
-#: Largest payload we write. ftrace and perf silently drop records that do not fit one
-#: 4 KiB ring-buffer page (page header, event header and the 8-byte common fields come off
-#: the top), so stay well below: a sampler splits its records instead.
-MAX_PAYLOAD = 4032
-
-#: perf rejects event names with '.', '-' or ':'; keep to one safe alphabet.
-NAME_RE = re.compile(r"rezolus_[a-z0-9_]+")
-FIELD_RE = re.compile(r"[a-z][a-z0-9_]*")
-
-
-@dataclass(frozen=True)
-class FieldType:
-    """A user_events field type: its declaration text, wire size and struct code."""
-
-    decl: str
-    size: int
-    code: str
-    signed: bool = False
-    dynamic: bool = False
-    text: bool = False
-
-
-U8 = FieldType("u8", 1, "B")
-U16 = FieldType("u16", 2, "H")
-U32 = FieldType("u32", 4, "I")
-U64 = FieldType("u64", 8, "Q")
-S8 = FieldType("s8", 1, "b", signed=True)
-S16 = FieldType("s16", 2, "h", signed=True)
-S32 = FieldType("s32", 4, "i", signed=True)
-S64 = FieldType("s64", 8, "q", signed=True)
-#: Variable-length byte array stored after the fixed fields.
-REL_BYTES = FieldType("__rel_loc u8[]", 4, "I", dynamic=True)
-#: Variable-length NUL-terminated string stored after the fixed fields.
-REL_STR = FieldType("__rel_loc char[]", 4, "I", dynamic=True, text=True)
-
-
-def char_array(n: int) -> FieldType:
-    """Return a fixed ``char[n]`` type (NUL-padded text)."""
-    if not 1 <= n <= 256:
-        raise ValueError(f"char[{n}]: size must be 1..256")
-    return FieldType(f"char[{n}]", n, f"{n}s", text=True)
-
-
-@dataclass(frozen=True)
-class Field:
-    """One field of an event: name, type, unit and what it means."""
-
-    name: str
-    type: FieldType
-    unit: str
-    description: str
-    #: Upper bound in bytes for a dynamic field's data (NUL included), used for the 4 KiB check.
-    max_len: int = 0
-
-
-@dataclass(frozen=True)
-class EventSchema:
-    """A tracepoint published under ``user_events:<name>``."""
-
-    name: str
-    description: str
-    fields: tuple[Field, ...]
-    #: The sampler (config section) that publishes it.
-    sampler: str
-    #: When records are written, for the event reference.
-    cadence: str = "once per interval"
-
-    def __post_init__(self) -> None:
-        if not NAME_RE.fullmatch(self.name):
-            raise ValueError(f"event name {self.name!r} must match {NAME_RE.pattern}")
-        seen: set[str] = set()
-        for f in self.fields:
-            if not FIELD_RE.fullmatch(f.name) or f.name.startswith("common_"):
-                raise ValueError(f"{self.name}: bad field name {f.name!r}")
-            if f.name in seen:
-                raise ValueError(f"{self.name}: duplicate field {f.name!r}")
-            seen.add(f.name)
-            if f.type.dynamic and f.max_len <= 0:
-                raise ValueError(f"{self.name}.{f.name}: dynamic fields need max_len")
-        if self.max_payload > MAX_PAYLOAD:
-            raise ValueError(
-                f"{self.name}: up to {self.max_payload} bytes per record exceeds {MAX_PAYLOAD};"
-                " split it into several records"
-            )
-
-    @property
-    def fixed_size(self) -> int:
-        """Return the size of the fixed part of the payload."""
-        return sum(f.type.size for f in self.fields)
-
-    @property
-    def max_payload(self) -> int:
-        """Return the largest payload this event can produce."""
-        return self.fixed_size + sum(f.max_len for f in self.fields if f.type.dynamic)
-
-    @property
-    def name_args(self) -> str:
-        """Return the user_events registration string (fields separated by ``"; "``)."""
-        if not self.fields:
-            return self.name
-        return self.name + " " + "; ".join(f"{f.type.decl} {f.name}" for f in self.fields)
-
-    @property
-    def field_names(self) -> tuple[str, ...]:
-        """Return the field names in wire order."""
-        return tuple(f.name for f in self.fields)
-
-    @cached_property
-    def pack(self) -> Callable[..., bytes]:
-        """Return a packer taking one positional value per field, in declaration order."""
-        return _make_packer(self)
-
-    def unpack(self, payload: bytes) -> dict[str, object]:
-        """Return the field values of a payload (as written, without the common header)."""
-        return _unpack(self, payload)
-
-
-def _make_packer(schema: EventSchema) -> Callable[..., bytes]:
-    fixed = struct.Struct("=" + "".join(f.type.code for f in schema.fields))
-    dyn = [(i, f) for i, f in enumerate(schema.fields) if f.type.dynamic]
-    chars = [i for i, f in enumerate(schema.fields) if f.type.text and not f.type.dynamic]
-    if not dyn and not chars:
-        return fixed.pack
-    # Offset of the end of each dynamic field's 4-byte loc word, for the relative offsets.
-    ends: list[int] = []
-    pos = 0
-    for f in schema.fields:
-        pos += f.type.size
-        if f.type.dynamic:
-            ends.append(pos)
-    size = fixed.size
-    name = schema.name
-
-    def pack(*values: object) -> bytes:
-        vals = list(values)
-        for i in chars:
-            v = vals[i]
-            if isinstance(v, str):
-                vals[i] = v.encode()
-        tail = []
-        at = size
-        for (i, f), end in zip(dyn, ends, strict=True):
-            v = vals[i]
-            data = v.encode() + b"\0" if isinstance(v, str) else bytes(v)  # type: ignore[arg-type]
-            if f.type.text and not data.endswith(b"\0"):
-                data += b"\0"
-            if len(data) > 0xFFFF:
-                raise ValueError(f"{name}.{f.name}: {len(data)} bytes exceeds 65535")
-            vals[i] = (len(data) << 16) | (at - end)
-            tail.append(data)
-            at += len(data)
-        if at > MAX_PAYLOAD:
-            raise ValueError(f"{name}: payload of {at} bytes exceeds {MAX_PAYLOAD}; split it")
-        return fixed.pack(*vals) + b"".join(tail)
-
-    return pack
-
-
-def _unpack(schema: EventSchema, payload: bytes) -> dict[str, object]:
-    fixed = struct.Struct("=" + "".join(f.type.code for f in schema.fields))
-    if len(payload) < fixed.size:
-        raise ValueError(f"{schema.name}: payload of {len(payload)} bytes < {fixed.size}")
-    out: dict[str, object] = {}
-    pos = 0
-    for f, v in zip(schema.fields, fixed.unpack_from(payload), strict=True):
-        pos += f.type.size
-        if f.type.dynamic:
-            assert isinstance(v, int)
-            start, length = pos + (v & 0xFFFF), v >> 16
-            data = bytes(payload[start : start + length])
-            if len(data) != length:
-                raise ValueError(f"{schema.name}.{f.name}: data runs past the payload")
-            out[f.name] = data.rstrip(b"\0").decode(errors="replace") if f.type.text else data
-        elif isinstance(v, bytes):
-            out[f.name] = v.split(b"\0", 1)[0].decode(errors="replace")
-        else:
-            out[f.name] = v
-    return out
-
-
-def _ns(name: str, what: str) -> Field:
-    return Field(name, U64, "ns", what)
-
-
-CPU_USAGE = EventSchema(
-    name="rezolus_cpu_usage",
-    sampler="cpu_usage",
-    description=(
-        "Time each CPU has spent in each state since boot, from /proc/stat; one record per"
-        " online CPU per interval. Rates come from the difference of two records."
-    ),
-    cadence="one record per CPU per interval",
-    fields=(
-        Field("cpu", U32, "id", "CPU number"),
-        _ns("user_ns", "time in user mode (excluding nice)"),
-        _ns("nice_ns", "time in user mode at positive nice"),
-        _ns("system_ns", "time in kernel mode"),
-        _ns("idle_ns", "idle time"),
-        _ns("iowait_ns", "idle time with IO outstanding"),
-        _ns("irq_ns", "time servicing hardware interrupts"),
-        _ns("softirq_ns", "time servicing softirqs"),
-        _ns("steal_ns", "time stolen by the hypervisor"),
-    ),
+from .encoding import (  # noqa: F401 - re-exported: the encoding vocabulary
+    MAX_PAYLOAD,
+    NAME_RE,
+    REL_BYTES,
+    REL_STR,
+    S8,
+    S16,
+    S32,
+    S64,
+    U8,
+    U16,
+    U32,
+    U64,
+    EventSchema,
+    Field,
+    FieldType,
+    char_array,
 )
+from .metrics import catalog
 
-AGENT = EventSchema(
-    name="rezolus_agent",
-    sampler="agent",
-    description=(
-        "The agent's own health and cost. Counters are cumulative since the agent started;"
-        " events_written counts records written before this one."
-    ),
-    fields=(
-        Field("pid", U32, "pid", "process id of the agent"),
-        _ns("uptime_ns", "time since the agent started"),
-        _ns("cpu_user_ns", "agent CPU time in user mode"),
-        _ns("cpu_system_ns", "agent CPU time in kernel mode"),
-        Field("rss_bytes", U64, "bytes", "agent resident set size"),
-        Field("events_written", U64, "records", "records written to user_events"),
-        Field("ebadf_races", U64, "records", "writes dropped because a consumer left between"
-              " the enable check and the write (EBADF, benign)"),
-        Field("write_errors", U64, "records", "writes that failed for another reason"),
-        Field("sampler_errors", U64, "errors", "sampler refreshes that raised an error"),
-        Field("samplers_active", U32, "samplers", "samplers with at least one consumer"),
-        Field("samplers_unavailable", U32, "samplers", "samplers that cannot run here"),
-    ),
-)
+#: Every event, in documentation order.
+EVENTS: tuple[EventSchema, ...] = tuple(s for f in catalog.FAMILIES for s in f.schemas)
 
-#: Every event, in documentation order. The registry of samplers refers to these.
-EVENTS: tuple[EventSchema, ...] = (CPU_USAGE, AGENT)
+CPU_USAGE = catalog.CPU_USAGE.schema
+AGENT = catalog.AGENT.schema
 
 
 def by_name(events: Iterable[EventSchema] = EVENTS) -> dict[str, EventSchema]:

@@ -1,38 +1,57 @@
-"""The agent's own cost and health.
+"""The agent's own cost and health, and every sampler's status and refresh cost.
 
-Sources: ``os.times()`` (CPU time), ``/proc/self/statm`` (RSS), the publisher's write
-counters and the sampler states kept by the agent.
-Events: ``rezolus_agent`` (one record per interval).
+Sources: ``os.times()`` (CPU time), ``/proc/self/statm`` (RSS), ``/proc/self/stat``
+(threads), ``/proc/self/fd`` (open fds), the publisher's write counters and the agent's
+per-sampler states (status, refreshes, errors, refresh-time histogram).
+Events: ``rezolus_agent``, ``rezolus_agent_sampler`` (one per sampler per interval).
 """
 
 from __future__ import annotations
 
 import os
 
+from ..metrics.catalog import AGENT, AGENT_SAMPLER, STATUS_CODES
+from ..metrics.family import histogram_records
 from ..procfs import KeptOpen
-from ..schema import AGENT
 from .base import Sampler
 
 
 class AgentSelf(Sampler):
-    """The agent's CPU time, RSS, records written, EBADF races and sampler errors."""
+    """The agent's CPU time, RSS, fds, records written, EBADF races and sampler costs."""
 
     name = "agent"
-    events = (AGENT,)
+    families = (AGENT, AGENT_SAMPLER)
+    oversample = False
 
     def start(self) -> None:
         self._statm = KeptOpen(self.ctx.roots.procfs / "self" / "statm")
+        self._stat = KeptOpen(self.ctx.roots.procfs / "self" / "stat")
+        self._fd_dir = self.ctx.roots.procfs / "self" / "fd"
         self._page = os.sysconf("SC_PAGE_SIZE")
 
-    def collect(self) -> None:
-        s = self.ctx.agent_stats()
-        t = os.times()
-        rss = int(self._statm.read().split()[1]) * self._page
-        self.handles[AGENT.name].write(AGENT.pack(
-            os.getpid(), s["uptime_ns"], int(t.user * 1e9), int(t.system * 1e9), rss,
-            s["events_written"], s["ebadf_races"], s["write_errors"], s["sampler_errors"],
-            s["samplers_active"], s["samplers_unavailable"],
-        ))
+    def publish(self, t_ns: int) -> None:
+        h = self.handles[AGENT.schema.name]
+        if h.word.value:
+            s = self.ctx.agent_stats()
+            t = os.times()
+            rss = int(self._statm.read().split()[1]) * self._page
+            # Field 20 of /proc/self/stat (after the parenthesised comm) is num_threads.
+            threads = int(self._stat.read().rsplit(b")", 1)[1].split()[17])
+            fds = len(os.listdir(self._fd_dir))
+            h.write(AGENT.schema.pack(
+                os.getpid(), s["uptime_ns"], int(t.user * 1e9), int(t.system * 1e9), rss,
+                fds, threads, s["events_written"], s["ebadf_races"], s["write_errors"],
+                s["sampler_errors"], s["samplers_active"], s["samplers_unavailable"],
+            ))
+        h = self.handles[AGENT_SAMPLER.schema.name]
+        if h.word.value:
+            schema = AGENT_SAMPLER.schema
+            for st in self.ctx.sampler_states():
+                counts, _reset = st.cost_us.interval()  # type: ignore[attr-defined]
+                scalars = (STATUS_CODES[st.status], st.refreshes, st.errors)  # type: ignore[attr-defined]
+                for rec in histogram_records(schema, (st.name,), scalars, counts):  # type: ignore[attr-defined]
+                    h.write(schema.pack(*rec))
 
     def close(self) -> None:
         self._statm.close()
+        self._stat.close()

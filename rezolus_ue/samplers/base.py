@@ -1,16 +1,19 @@
-"""What every sampler is: the events it publishes, its options, and a collect step."""
+"""What every sampler is: its metric families (hence events), options, and the two steps
+the agent drives, ``sample`` (every sample_interval while oversampling) and ``publish``
+(every publish_interval while anyone listens)."""
 
 from __future__ import annotations
 
 import ctypes
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from ..config import Option
-from ..schema import EventSchema
+from ..encoding import EventSchema
+from ..metrics.family import Family, Oversampler
 
 if TYPE_CHECKING:
     from ..publisher import EventHandle
@@ -32,43 +35,72 @@ class SamplerContext:
     options: Mapping[str, object]
     #: Agent self-statistics, for the agent sampler (name -> value).
     agent_stats: Callable[[], Mapping[str, int]] = field(default=lambda: {})
+    #: The agent's per-sampler states, for the agent sampler.
+    sampler_states: Callable[[], Sequence[object]] = field(default=lambda: ())
 
 
 class Sampler(ABC):
-    """One source of metrics. Subclasses set ``name`` and ``events`` and implement collect.
+    """One source of metrics.
 
-    ``start`` acquires resources (kept-open fds) and raises SamplerUnavailable (or OSError,
-    translated by the agent) when the sampler cannot run here; ``collect`` is called once per
-    interval, only while at least one of the sampler's events has a consumer.
+    Subclasses set ``name`` and ``families`` and implement ``publish`` (and usually
+    ``sample``). ``start`` acquires resources (kept-open fds) and raises SamplerUnavailable
+    (or OSError, translated by the agent) when the sampler cannot run here. The agent calls
+    nothing while none of the sampler's events is enabled.
     """
 
     name: ClassVar[str]
-    events: ClassVar[tuple[EventSchema, ...]]
+    families: ClassVar[tuple[Family, ...]]
     #: Sampler-specific options, beyond the common ones in config.SAMPLER_OPTIONS.
     options: ClassVar[tuple[Option, ...]] = ()
+    #: Sample every sample_interval while a _dist event is enabled; False: only at publish
+    #: (for expensive sources, e.g. many cgroups).
+    oversample: ClassVar[bool] = True
 
     def __init__(self, ctx: SamplerContext) -> None:
         self.ctx = ctx
         self.handles: dict[str, EventHandle] = {}
         self._words: list[ctypes.c_uint32] = []
+        self._dist_words: list[ctypes.c_uint32] = []
+        #: Extra status detail shown by `check` and `events` (e.g. a family unavailable).
+        self.detail = ""
+
+    @classmethod
+    def events(cls) -> tuple[EventSchema, ...]:
+        """Return every event this sampler publishes."""
+        return tuple(s for f in cls.families for s in f.schemas)
 
     def start(self) -> None:  # noqa: B027 - optional hook
-        """Acquire what collect needs; raise SamplerUnavailable when it cannot run here."""
+        """Acquire what sample/publish need; raise SamplerUnavailable when it cannot run."""
 
     def bind(self, handles: Mapping[str, EventHandle]) -> None:
         """Receive the registered handles of this sampler's events (keyed by event name)."""
         self.handles = dict(handles)
         self._words = [h.word for h in self.handles.values()]
+        self._dist_words = [self.handles[f.dist_schema.name].word for f in self.families
+                            if f.dist_schema is not None and f.dist_schema.name in handles]
 
     @property
     def wanted(self) -> bool:
         """Return True while any consumer has any of this sampler's events enabled."""
-        # Checked for every sampler every interval: read the enable words directly.
+        # Checked for every sampler every tick: read the enable words directly.
         return any(w.value for w in self._words)
 
+    @property
+    def dist_wanted(self) -> bool:
+        """Return True while a consumer has one of this sampler's _dist events enabled."""
+        return self.oversample and any(w.value for w in self._dist_words)
+
+    def family_wanted(self, family: Family) -> bool:
+        """Return True while either of ``family``'s events is enabled."""
+        return any(self.handles[s.name].word.value for s in family.schemas
+                   if s.name in self.handles)
+
+    def sample(self, t_ns: int) -> None:  # noqa: B027 - optional hook
+        """Read the sources once (monotonic time ``t_ns``)."""
+
     @abstractmethod
-    def collect(self) -> None:
-        """Read the sources and emit records for the enabled events."""
+    def publish(self, t_ns: int) -> None:
+        """Write the interval's records for the enabled events."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what start acquired."""
@@ -77,3 +109,43 @@ class Sampler(ABC):
     def summary(cls) -> str:
         """Return the first line of the sampler's docstring."""
         return (cls.__doc__ or "").strip().splitlines()[0]
+
+
+class FamilySampler(Sampler):
+    """A sampler that reads rows of counters and gauges: implement ``read``.
+
+    ``read`` returns, for each family it could read this time, ``{labels: values}`` with
+    values in the family's scalar order (counter totals, gauge levels). Oversampling, rates,
+    percentiles and writing both events of each family are handled here.
+    """
+
+    def __init__(self, ctx: SamplerContext) -> None:
+        super().__init__(ctx)
+        self._over = {f: Oversampler(f) for f in self.families}
+        self._fresh: set[Family] = set()
+
+    @abstractmethod
+    def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        """Return one sample of every wanted family this sampler can read."""
+
+    def sample(self, t_ns: int) -> None:
+        for fam, rows in self.read().items():
+            self._over[fam].add(t_ns, rows)
+            self._fresh.add(fam)
+
+    def publish(self, t_ns: int) -> None:
+        # Only families sampled since the last publish: a family nobody wants is not read.
+        fresh, self._fresh = self._fresh, set()
+        for fam in fresh:
+            records, dist = self._over[fam].publish()
+            h = self.handles.get(fam.schema.name)
+            if h is not None and h.word.value:
+                pack, write = fam.schema.pack, h.write
+                for r in records:
+                    write(pack(*r))
+            if fam.dist_schema is not None:
+                h = self.handles.get(fam.dist_schema.name)
+                if h is not None and h.word.value:
+                    pack, write = fam.dist_schema.pack, h.write
+                    for r in dist:
+                        write(pack(*r))

@@ -1,20 +1,25 @@
-"""Per-CPU time in each state, from ``/proc/stat``.
+"""Per-CPU time in each state and busy share, and the number of online CPUs.
 
 Sources: ``/proc/stat`` lines ``cpuN user nice system idle iowait irq softirq steal ...``
-(USER_HZ ticks; ``steal`` since Linux 2.6.11; older formats with fewer columns read as 0).
-Events: ``rezolus_cpu_usage`` (one record per online CPU per interval, cumulative ns).
+(USER_HZ ticks; ``steal`` since Linux 2.6.11; older formats with fewer columns read as 0);
+``/sys/devices/system/cpu/online``.
+Events: ``rezolus_cpu_usage`` (+ ``_dist``: busy_ppm per sample), ``rezolus_cpu_cores``.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 
+from ...metrics.catalog import CPU_CORES, CPU_USAGE
+from ...metrics.family import Family
+from ...perf_event import parse_cpu_list
 from ...procfs import KeptOpen
-from ...schema import CPU_USAGE
-from ..base import Sampler
+from ..base import FamilySampler
 
-#: Columns of a cpuN line we publish, in schema order after `cpu`.
+#: Columns of a cpuN line we publish, in catalog order.
 _COLUMNS = 8
+_IDLE, _IOWAIT = 3, 4
 
 
 def parse_proc_stat_cpus(text: str, tick_ns: int) -> list[tuple[int, ...]]:
@@ -34,21 +39,44 @@ def parse_proc_stat_cpus(text: str, tick_ns: int) -> list[tuple[int, ...]]:
     return rows
 
 
-class CpuUsage(Sampler):
-    """Per-CPU user/nice/system/idle/iowait/irq/softirq/steal time from /proc/stat."""
+def busy_ppm(now: Sequence[int], before: Sequence[int] | None) -> int:
+    """Return the busy share (ppm) between two rows of state times (catalog order)."""
+    if before is None:
+        d = list(now)
+    else:
+        d = [a - b for a, b in zip(now, before, strict=True)]
+        if min(d) < 0:  # counters went back (CPU hotplug reset): no period to judge
+            return 0
+    total = sum(d)
+    if total <= 0:
+        return 0
+    return round(1_000_000 * (total - d[_IDLE] - d[_IOWAIT]) / total)
+
+
+class CpuUsage(FamilySampler):
+    """Per-CPU user/nice/system/idle/iowait/irq/softirq/steal time, busy %, online CPUs."""
 
     name = "cpu_usage"
-    events = (CPU_USAGE,)
+    families = (CPU_USAGE, CPU_CORES)
 
     def start(self) -> None:
         self._stat = KeptOpen(self.ctx.roots.procfs / "stat")
+        self._online = KeptOpen(self.ctx.roots.sysfs / "devices/system/cpu/online")
         self._tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+        self._prev: dict[int, tuple[int, ...]] = {}
 
-    def collect(self) -> None:
-        h = self.handles[CPU_USAGE.name]
-        pack, write = CPU_USAGE.pack, h.write
-        for row in parse_proc_stat_cpus(self._stat.read_text(), self._tick_ns):
-            write(pack(*row))
+    def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        out: dict[Family, Mapping[tuple, Sequence[int]]] = {}
+        if self.family_wanted(CPU_USAGE):
+            rows = {}
+            for cpu, *times in parse_proc_stat_cpus(self._stat.read_text(), self._tick_ns):
+                rows[(cpu,)] = (*times, busy_ppm(times, self._prev.get(cpu)))
+                self._prev[cpu] = tuple(times)
+            out[CPU_USAGE] = rows
+        if self.family_wanted(CPU_CORES):
+            out[CPU_CORES] = {(): (len(parse_cpu_list(self._online.read_text())),)}
+        return out
 
     def close(self) -> None:
         self._stat.close()
+        self._online.close()
