@@ -14,6 +14,7 @@ import fcntl
 import json
 import logging
 import os
+import resource
 import select
 import time
 from dataclasses import dataclass, field
@@ -59,6 +60,15 @@ def single_instance_lock(runtime_dir: Path = RUNTIME_DIR) -> int | None:
     return fd
 
 
+def _raise_fd_limit() -> None:
+    """Raise the soft open-files limit to the hard one: perf counters and cgroup files are
+    kept open (several per CPU and per cgroup)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 @dataclass
 class SamplerState:
     """What the agent knows about one configured sampler."""
@@ -89,6 +99,7 @@ class Agent:
     def start(self) -> None:
         """Open user_events and start every enabled sampler; raise if nothing can publish."""
         a = self.config.agent
+        _raise_fd_limit()
         self.publisher = Publisher(self.tracefs, bool(a["persist"]), bool(a["multi_format"]))
         roots = Roots(Path(str(a["procfs"])), Path(str(a["sysfs"])))
         for name, cls in REGISTRY.items():
@@ -162,6 +173,7 @@ class Agent:
                     log.error("sampler %s failed (%d times): %s", st.name, st.errors, e)
             st.refreshes += 1
             st.cost_us.record((time.perf_counter_ns() - t0) // 1000)
+            st.reason = sampler.detail  # samplers update it as they learn (e.g. cgroup)
         self._write_status()
         return oversampling
 
@@ -228,6 +240,8 @@ def read_status(runtime_dir: Path = RUNTIME_DIR) -> dict | None:
     try:
         doc = json.loads((runtime_dir / "status.json").read_text())
         os.kill(int(doc["pid"]), 0)
+    except PermissionError:
+        return doc  # alive, but another user's (e.g. root's): still the running agent
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return doc

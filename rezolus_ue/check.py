@@ -15,7 +15,8 @@ from pathlib import Path
 
 from tracefs_tools import Tracefs, TracefsError, find_tracefs
 
-from .errors import RezolusError
+from .config import Config
+from .errors import KernelFeatureMissing, RezolusError, SamplerUnavailable
 from .user_events import missing_user_events_hint
 
 
@@ -106,9 +107,13 @@ def _probe_perf() -> list[Result]:
     try:
         PerfEvent.hardware(PERF_COUNT_HW_CPU_CYCLES, cpu=0).close()
         out.append(Result("perf hardware counters", "pass", "cycles counter opens"))
+    except KernelFeatureMissing:
+        out.append(Result("perf hardware counters", "warn",
+                          "this CPU or VM exposes no hardware PMU; cycles, instructions and"
+                          " IPC metrics will be unavailable"))
     except RezolusError as e:
         out.append(Result("perf hardware counters", "warn",
-                          f"{e}; IPC and cycles metrics will be unavailable"))
+                          f"{e}; cycles, instructions and IPC metrics will be unavailable"))
     return out
 
 
@@ -119,8 +124,39 @@ def _probe_kprobes(root: Path | None) -> Result:
                   " samplers that need kprobes will be unavailable (tracepoints still work)")
 
 
-def run_checks(mount: bool = True) -> list[Result]:
-    """Return every probe's result, required ones first."""
+def probe_samplers(config: Config) -> list[Result]:
+    """Return, per registered sampler, whether it can start here (and why not)."""
+    from .samplers import REGISTRY, Roots, SamplerContext
+
+    a = config.agent
+    roots = Roots(Path(str(a["procfs"])), Path(str(a["sysfs"])))
+    out = []
+    for name, cls in REGISTRY.items():
+        label = f"sampler {name}"
+        if not config.sampler_enabled(name):
+            out.append(Result(label, "warn", "disabled in config"))
+            continue
+        sampler = cls(SamplerContext(roots, config.samplers[name]))
+        try:
+            sampler.start()
+        except (SamplerUnavailable, RezolusError, OSError) as e:
+            reason = e.reason if isinstance(e, SamplerUnavailable) else str(e)
+            out.append(Result(label, "warn", f"unavailable: {reason}"))
+            continue
+        try:
+            detail = sampler.detail
+            sampler.close()
+        except Exception as e:  # closing must not hide the others' results
+            detail = f"close failed: {e}"
+        out.append(Result(label, "pass", "available" + (f" ({detail})" if detail else "")))
+    return out
+
+
+def run_checks(mount: bool = True, config: Config | None = None) -> list[Result]:
+    """Return every probe's result, required ones first, then each sampler's."""
     tracefs, root = _probe_tracefs(mount)
-    return [tracefs, _probe_user_events(root), _probe_bpf(), _probe_btf(), *_probe_perf(),
-            _probe_kprobes(root)]
+    out = [tracefs, _probe_user_events(root), _probe_bpf(), _probe_btf(), *_probe_perf(),
+           _probe_kprobes(root)]
+    if config is not None:
+        out += probe_samplers(config)
+    return out

@@ -88,11 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--commands", action="store_true",
                     help="print only the perf and ftrace commands, one per line")
 
-    sub.add_parser(
+    chk = sub.add_parser(
         "check", formatter_class=fmt, help="check the kernel features rezolus-ue needs",
         description="Probe tracefs, user_events, BPF, BTF, perf events and kprobes, with a"
-        " hint for each failure. Exits 1 when `rezolus-ue run` cannot work here.",
+        " hint for each failure, then try to start every sampler and say which can run here"
+        " and why not. Exits 1 when `rezolus-ue run` cannot work here.",
     )
+    chk.add_argument("-c", "--config", metavar="FILE", type=Path,
+                     help="check the samplers as configured in FILE (default: as `run`)")
     return p
 
 
@@ -206,7 +209,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     from .check import run_checks
 
-    results = run_checks(mount=os.geteuid() == 0)
+    results = run_checks(mount=os.geteuid() == 0, config=load_config(args.config))
     con = Console(highlight=False)
     style = {"pass": "green", "warn": "yellow", "fail": "red"}
     for r in results:

@@ -64,6 +64,11 @@ class Option:
     min_ns: int = 0
     max_ns: int = 0
 
+    def __post_init__(self) -> None:
+        # Keep declarations immutable (and hashable) even when written with a list default.
+        if isinstance(self.default, list):
+            object.__setattr__(self, "default", tuple(self.default))
+
     def allowed(self) -> str:
         """Return a description of the values this option accepts."""
         if self.kind == "duration":
@@ -103,7 +108,7 @@ class Option:
                 raise ValueError(f"{value} is out of range: expected {self.allowed()}")
             return int(value)
         if self.kind == "strings":
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
                 raise ValueError(f"expected {self.allowed()}")
             return tuple(value)
         if self.kind == "choice":
@@ -233,7 +238,12 @@ def parse(text: str, samplers: Mapping[str, tuple[Option, ...]],
         raise fail((), unknown[0],
                    f"unknown table or key {unknown[0]!r}; allowed: [agent], [samplers.<name>]")
     agent = dict(base.agent)
-    agent.update(_section(doc.get("agent", {}), AGENT_OPTIONS, ("agent",), fail))
+    given = _section(doc.get("agent", {}), AGENT_OPTIONS, ("agent",), fail)
+    agent.update(given)
+    if "sample_interval" not in given:
+        # A faster publish interval drags the default sample interval along.
+        agent["sample_interval"] = min(agent["sample_interval"],  # type: ignore[type-var]
+                                       agent["publish_interval"])
     if agent["sample_interval"] > agent["publish_interval"]:  # type: ignore[operator]
         raise fail(("agent",), "sample_interval",
                    "[agent] sample_interval must not exceed publish_interval ("

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -25,7 +26,8 @@ def watch_commands(event: EventSchema, tracefs: Path) -> tuple[str, str]:
 
 def show_events(commands_only: bool = False) -> int:
     """Print the event table (or only the watch commands); return the exit status."""
-    con = Console(highlight=False)
+    # Piped output (grep, less) gets room for full event names.
+    con = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     try:
         root = find_tracefs(mount=os.geteuid() == 0)
     except TracefsError as e:
@@ -47,8 +49,13 @@ def show_events(commands_only: bool = False) -> int:
             for cmd in watch_commands(e, root):
                 con.print(cmd, soft_wrap=True)
         return 0
+    from .agent import read_status
+
+    agent = read_status()
+    samplers = agent["samplers"] if agent else {}
     table = Table(title="rezolus-ue events (tracepoints user_events:<name>)", title_justify="left")
-    for col in ("event", "sampler", "registered", "enabled", "consumers", "fields"):
+    table.add_column("event", no_wrap=True)
+    for col in ("sampler", "registered", "enabled", "consumers"):
         table.add_column(col)
     for e in EVENTS:
         st = status.events.get(e.name) if status else None
@@ -63,20 +70,28 @@ def show_events(commands_only: bool = False) -> int:
             "yes" if st else ("no" if status else "?"),
             enabled,
             ", ".join(st.consumers) if st and st.consumers else "-",
-            str(len(e.fields)),
         )
     con.print(table)
+    if samplers:
+        st = Table(title=f"samplers of the running agent (pid {agent['pid']})",
+                   title_justify="left")
+        for col in ("sampler", "status", "detail"):
+            st.add_column(col)
+        for name, info in samplers.items():
+            why = {"idle": "no consumer: not sampling", "active": "sampling"}.get(
+                info["status"], "")
+            st.add_row(name, info["status"], info.get("reason") or why)
+        con.print(st)
     if status is not None and not any(e.name in status.events for e in EVENTS):
         con.print("No rezolus-ue event is registered: is the agent running? (`rezolus-ue run`)")
     if note:
         con.print(f"note: {note}")
+    perf, ftrace = watch_commands(EVENTS[0], root)
     con.print("\nwatch every event: perf record -e 'user_events:rezolus_*' -a -- sleep 5"
               " && perf script", soft_wrap=True)
-    for e in EVENTS:
-        perf, ftrace = watch_commands(e, root)
-        con.print(f"\n[bold]{e.name}[/]: {e.description}", soft_wrap=True)
-        con.print(f"  perf:   {perf}", soft_wrap=True)
-        con.print(f"  ftrace: {ftrace}", soft_wrap=True)
+    con.print(f"watch one event:   {perf}", soft_wrap=True)
+    con.print(f"with ftrace:       {ftrace}", soft_wrap=True)
+    con.print("every event's commands: rezolus-ue events --commands", soft_wrap=True)
     con.print("field reference: docs/events.md, or the event's format file:"
               f" {root}/events/{GROUP}/<name>/format", soft_wrap=True)
     return 0

@@ -3,23 +3,38 @@
 from __future__ import annotations
 
 import ctypes
+import errno
+import json
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rezolus_ue import config
-from rezolus_ue.agent import Agent, SamplerState
+from rezolus_ue.agent import Agent, SamplerState, read_status
 from rezolus_ue.errors import KernelFeatureMissing
-from rezolus_ue.samplers import Roots, Sampler, SamplerContext, options
+from rezolus_ue.metrics import h2
+from rezolus_ue.metrics.catalog import AGENT_SAMPLER, CPU_CORES, CPU_USAGE, STATUS_CODES
+from rezolus_ue.metrics.family import Family, counter, gauge
+from rezolus_ue.samplers import REGISTRY, Roots, Sampler, SamplerContext, options
 from rezolus_ue.samplers.agent import AgentSelf
+from rezolus_ue.samplers.base import FamilySampler
+from rezolus_ue.samplers.cpu.usage import CpuUsage
 from rezolus_ue.schema import AGENT
 
 #: AGENT fields the agent sampler fills from the process itself, not from Agent.stats().
-PROCESS_FIELDS = {"pid", "cpu_user_ns", "cpu_system_ns", "rss_bytes"}
+PROCESS_FIELDS = {"pid", "cpu_user_ns", "cpu_system_ns", "rss_bytes", "fds", "threads"}
+
+FAKE = Family("rezolus_fake", "fake", "A fake family.", (),
+              (counter("n", "ops", "operations"),))
+assert FAKE.dist_schema is not None
 
 
 class FakeHandle:
@@ -39,23 +54,28 @@ class FakeHandle:
 
 
 class FakeSampler(Sampler):
-    """Counts its collects; raises when told to."""
+    """Counts its samples and publishes; raises when told to."""
 
     name = "fake"
-    events = ()
+    families = (FAKE,)
 
-    def __init__(self, enabled: bool = True, fail: bool = False) -> None:
+    def __init__(self, enabled: bool = True, fail: bool = False, dist: bool = False) -> None:
         super().__init__(SamplerContext(Roots(), {}))
         self.handle = FakeHandle(enabled)
-        self.bind({"rezolus_fake": self.handle})
+        self.dist_handle = FakeHandle(dist)
+        self.bind({FAKE.schema.name: self.handle, FAKE.dist_schema.name: self.dist_handle})
         self.fail = fail
-        self.collected = 0
+        self.samples: list[int] = []
+        self.publishes: list[int] = []
         self.closed = False
 
-    def collect(self) -> None:
-        self.collected += 1
+    def sample(self, t_ns: int) -> None:
+        self.samples.append(t_ns)
         if self.fail:
             raise RuntimeError("boom")
+
+    def publish(self, t_ns: int) -> None:
+        self.publishes.append(t_ns)
 
     def close(self) -> None:
         self.closed = True
@@ -63,22 +83,84 @@ class FakeSampler(Sampler):
             raise RuntimeError("close boom")
 
 
-def make_agent(**samplers: FakeSampler | None) -> Agent:
-    agent = Agent(config.defaults(options()), Path("/nonexistent"))
+class NoOversampling(FakeSampler):
+    oversample = False
+
+
+def make_agent(runtime_dir: Path | None = None, **samplers: FakeSampler | None) -> Agent:
+    agent = Agent(config.defaults(options()), Path("/nonexistent"), runtime_dir)
     for name, s in samplers.items():
         status = "unavailable" if s is None else "idle"
         agent.states[name] = SamplerState(name, s, status, "not here" if s is None else "")
     return agent
 
 
+def with_intervals(agent: Agent, publish_ns: int, sample_ns: int) -> None:
+    c = agent.config
+    agent.config = config.Config(
+        c.path, {**c.agent, "publish_interval": publish_ns, "sample_interval": sample_ns},
+        c.samplers)
+
+
+# --- tick --------------------------------------------------------------------------------
+
+
+def test_publish_tick_samples_then_publishes() -> None:
+    s = FakeSampler()
+    agent = make_agent(s=s)
+    assert agent.tick(5, True) is False  # no _dist consumer: no oversampling
+    assert (s.samples, s.publishes) == ([5], [5])
+    st = agent.states["s"]
+    assert (st.status, st.refreshes, st.errors) == ("active", 1, 0)
+    assert int(st.cost_us.counts.sum()) == 1
+
+
+def test_sample_tick_without_dist_consumer_calls_nothing() -> None:
+    s = FakeSampler()
+    agent = make_agent(s=s)
+    assert agent.tick(1, False) is False
+    assert (s.samples, s.publishes) == ([], [])
+    assert agent.states["s"].status == "active"  # someone listens; nothing due yet
+    assert agent.states["s"].refreshes == 0
+
+
+def test_dist_consumer_makes_sample_ticks_sample() -> None:
+    s = FakeSampler(dist=True)
+    agent = make_agent(s=s)
+    assert agent.tick(1, False) is True
+    assert agent.tick(2, False) is True
+    assert agent.tick(3, True) is True
+    assert (s.samples, s.publishes) == ([1, 2, 3], [3])
+    assert agent.states["s"].refreshes == 3
+
+
+def test_dist_consumer_alone_makes_the_sampler_wanted() -> None:
+    s = FakeSampler(enabled=False, dist=True)
+    agent = make_agent(s=s)
+    assert agent.tick(1, False) is True
+    assert s.samples == [1]
+    assert agent.states["s"].status == "active"
+
+
+def test_sampler_that_does_not_oversample_waits_for_publish() -> None:
+    s = NoOversampling(dist=True)
+    agent = make_agent(s=s)
+    assert agent.tick(1, False) is False
+    assert agent.tick(2, True) is False
+    assert (s.samples, s.publishes) == ([2], [2])
+
+
 def test_failing_sampler_is_counted_and_does_not_stop_the_others() -> None:
     a, boom, b = FakeSampler(), FakeSampler(fail=True), FakeSampler()
     agent = make_agent(a=a, boom=boom, b=b)
-    agent.tick()
-    agent.tick()
-    assert (a.collected, boom.collected, b.collected) == (2, 2, 2)
+    agent.tick(1, True)
+    agent.tick(2, True)
+    assert (len(a.samples), len(boom.samples), len(b.samples)) == (2, 2, 2)
+    assert (len(a.publishes), len(boom.publishes), len(b.publishes)) == (2, 0, 2)
     assert agent.sampler_errors == 2
     assert agent.states["boom"].errors == 2
+    assert agent.states["boom"].refreshes == 2  # a failed refresh is still a refresh
+    assert agent.states["boom"].status == "active"
     assert agent.states["a"].errors == 0
     assert agent.stats()["sampler_errors"] == 2
 
@@ -86,19 +168,21 @@ def test_failing_sampler_is_counted_and_does_not_stop_the_others() -> None:
 def test_sampler_errors_are_logged_rate_limited(caplog: pytest.LogCaptureFixture) -> None:
     agent = make_agent(boom=FakeSampler(fail=True))
     with caplog.at_level(logging.ERROR, logger="rezolus_ue"):
-        for _ in range(100):
-            agent.tick()
+        for t in range(100):
+            agent.tick(t, True)
     msgs = [r.getMessage() for r in caplog.records]
     assert msgs == ["sampler boom failed (1 times): boom", "sampler boom failed (100 times): boom"]
 
 
-def test_sampler_without_consumer_is_idle_and_not_collected() -> None:
+def test_sampler_without_consumer_is_idle_and_not_called() -> None:
     listened, unheard = FakeSampler(), FakeSampler(enabled=False)
     agent = make_agent(listened=listened, unheard=unheard)
-    agent.tick()
-    assert (listened.collected, unheard.collected) == (1, 0)
+    agent.tick(1, True)
+    assert (len(listened.samples), len(unheard.samples)) == (1, 0)
+    assert unheard.publishes == []
     assert agent.states["listened"].status == "active"
     assert agent.states["unheard"].status == "idle"
+    assert agent.states["unheard"].refreshes == 0
     assert agent.stats()["samplers_active"] == 1
 
 
@@ -106,30 +190,109 @@ def test_sampler_with_no_handles_is_idle() -> None:
     s = FakeSampler()
     s.bind({})
     agent = make_agent(s=s)
-    agent.tick()
-    assert s.collected == 0
+    assert agent.tick(1, True) is False
+    assert s.samples == []
     assert agent.states["s"].status == "idle"
 
 
-def test_status_follows_the_enable_word() -> None:
+def test_status_follows_the_enable_word(caplog: pytest.LogCaptureFixture) -> None:
     s = FakeSampler(enabled=False)
     agent = make_agent(s=s)
-    agent.tick()
-    assert agent.states["s"].status == "idle"
-    s.handle.word.value = 1  # a consumer enables the tracepoint
-    agent.tick()
-    assert (agent.states["s"].status, s.collected) == ("active", 1)
-    s.handle.word.value = 0  # ... and leaves
-    agent.tick()
-    assert (agent.states["s"].status, s.collected) == ("idle", 1)
+    with caplog.at_level(logging.INFO, logger="rezolus_ue"):
+        agent.tick(1, True)
+        assert agent.states["s"].status == "idle"
+        s.handle.word.value = 1  # a consumer enables the tracepoint
+        agent.tick(2, True)
+        assert (agent.states["s"].status, len(s.samples)) == ("active", 1)
+        s.handle.word.value = 0  # ... and leaves
+        agent.tick(3, True)
+        assert (agent.states["s"].status, len(s.samples)) == ("idle", 1)
+    assert [r.getMessage() for r in caplog.records] == [
+        "s: consumer attached, sampling", "s: no consumer left, idle"]
 
 
 def test_unavailable_sampler_is_skipped_and_counted() -> None:
     agent = make_agent(gone=None, ok=FakeSampler())
-    agent.tick()
+    agent.tick(1, True)
     assert agent.states["gone"].status == "unavailable"
     st = agent.stats()
     assert (st["samplers_unavailable"], st["samplers_active"]) == (1, 1)
+
+
+def test_refresh_cost_is_recorded_in_microseconds() -> None:
+    class Slow(FakeSampler):
+        def publish(self, t_ns: int) -> None:
+            time.sleep(0.02)
+
+    agent = make_agent(s=Slow())
+    agent.tick(1, True)
+    counts = agent.states["s"].cost_us.counts
+    (idx,) = np.flatnonzero(counts)
+    lower, upper = h2.bucket_bounds(int(idx))
+    assert upper >= 20_000 and lower < 2_000_000
+
+
+# --- status file -------------------------------------------------------------------------
+
+
+def test_status_file_tracks_transitions(tmp_path: Path) -> None:
+    s = FakeSampler(enabled=False)
+    agent = make_agent(tmp_path, s=s, gone=None)
+    status = tmp_path / "status.json"
+    agent.tick(1, True)
+    doc = read_status(tmp_path)
+    assert doc is not None
+    assert doc["pid"] == os.getpid()
+    assert doc["samplers"] == {"s": {"status": "idle", "reason": ""},
+                               "gone": {"status": "unavailable", "reason": "not here"}}
+    s.handle.word.value = 1
+    agent.tick(2, True)
+    assert read_status(tmp_path)["samplers"]["s"]["status"] == "active"  # type: ignore[index]
+    # Unchanged status: the file is not rewritten every tick.
+    os.utime(status, ns=(1_000_000_000, 1_000_000_000))
+    agent.tick(3, True)
+    assert status.stat().st_mtime_ns == 1_000_000_000
+    agent.close()
+    assert not status.exists()
+    assert read_status(tmp_path) is None
+
+
+def test_no_runtime_dir_writes_no_status(tmp_path: Path) -> None:
+    agent = make_agent(None, s=FakeSampler())
+    agent.tick(1, True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_read_status_of_a_dead_agent_is_none(tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                       capture_output=True, text=True, check=True)
+    (tmp_path / "status.json").write_text(json.dumps({"pid": int(p.stdout), "samplers": {}}))
+    assert read_status(tmp_path) is None
+
+
+@pytest.mark.parametrize("text", ["", "{", "[]", '{"samplers": {}}', '{"pid": "x"}'])
+def test_read_status_of_a_bad_file_is_none(tmp_path: Path, text: str) -> None:
+    (tmp_path / "status.json").write_text(text)
+    assert read_status(tmp_path) is None
+
+
+def test_read_status_without_file_is_none(tmp_path: Path) -> None:
+    assert read_status(tmp_path) is None
+
+
+def test_read_status_of_an_agent_owned_by_another_user(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = {"pid": 1, "samplers": {"agent": {"status": "active", "reason": ""}}}
+    (tmp_path / "status.json").write_text(json.dumps(doc))
+
+    def kill(pid: int, sig: int) -> None:
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "kill", kill)
+    assert read_status(tmp_path) == doc
+
+
+# --- stats and the agent sampler ---------------------------------------------------------
 
 
 def test_stats_keys_line_up_with_the_agent_event() -> None:
@@ -140,26 +303,162 @@ def test_stats_keys_line_up_with_the_agent_event() -> None:
     assert stats["events_written"] == stats["ebadf_races"] == stats["write_errors"] == 0
 
 
-def test_agent_sampler_packs_the_stats_in_schema_order(tmp_path: Path) -> None:
-    (tmp_path / "self").mkdir()
-    (tmp_path / "self" / "statm").write_text("12000 345 200 10 0 900 0\n")
-    # Distinct values, so a swapped pair of arguments in AgentSelf.collect would show.
-    stats = {k: 1000 + i for i, k in enumerate(make_agent().stats())}
-    ctx = SamplerContext(Roots(procfs=tmp_path), {}, lambda: stats)
+def fake_procfs(root: Path, threads: int = 37, fds: int = 3) -> None:
+    (root / "self" / "fd").mkdir(parents=True)
+    (root / "self" / "statm").write_text("12000 345 200 10 0 900 0\n")
+    # A comm with ") " in it: the fields are counted from the last ')'.
+    after = ["S", *(str(n) for n in range(1, 17)), str(threads), *("0",) * 34]
+    (root / "self" / "stat").write_text(f"4242 (odd) name) {' '.join(after)}\n")
+    for i in range(fds):
+        (root / "self" / "fd" / str(i)).write_text("")
+
+
+def make_agent_sampler(procfs: Path, stats: Mapping[str, int],
+                       states: Sequence[SamplerState] = ()) -> AgentSelf:
+    ctx = SamplerContext(Roots(procfs=procfs), {}, lambda: stats, lambda: list(states))
     sampler = AgentSelf(ctx)
-    handle = FakeHandle()
     sampler.start()
+    return sampler
+
+
+def test_agent_sampler_packs_the_stats_in_schema_order(tmp_path: Path) -> None:
+    fake_procfs(tmp_path)
+    # Distinct values, so a swapped pair of arguments in AgentSelf.publish would show.
+    stats = {k: 1000 + i for i, k in enumerate(make_agent().stats())}
+    handle, per_sampler = FakeHandle(), FakeHandle(enabled=False)
+    sampler = make_agent_sampler(tmp_path, stats)
     try:
-        sampler.bind({AGENT.name: handle})
-        sampler.collect()
+        sampler.bind({AGENT.name: handle, AGENT_SAMPLER.schema.name: per_sampler})
+        assert sampler.wanted and not sampler.dist_wanted
+        sampler.publish(0)
     finally:
         sampler.close()
     (payload,) = handle.payloads
+    assert per_sampler.payloads == []
     rec = AGENT.unpack(payload)
     assert {k: rec[k] for k in stats} == stats
     assert rec["pid"] == os.getpid()
     assert rec["rss_bytes"] == 345 * os.sysconf("SC_PAGE_SIZE")
+    assert (rec["threads"], rec["fds"]) == (37, 3)
     assert 0 <= rec["cpu_user_ns"] <= time.process_time_ns() * 2  # type: ignore[operator]
+
+
+def test_agent_sampler_publishes_each_samplers_cost(tmp_path: Path) -> None:
+    fake_procfs(tmp_path)
+    a = SamplerState("cpu_usage", None, "active", refreshes=12, errors=1)
+    b = SamplerState("memory", None, "unavailable", "no /proc/meminfo")
+    a.cost_us.record_many([10, 20, 30, 40, 1000])
+    handle, agent_h = FakeHandle(), FakeHandle(enabled=False)
+    sampler = make_agent_sampler(tmp_path, {}, [a, b])
+    schema = AGENT_SAMPLER.schema
+    try:
+        sampler.bind({AGENT.name: agent_h, schema.name: handle})
+        sampler.publish(0)
+        a.cost_us.record(50)
+        sampler.publish(1)
+    finally:
+        sampler.close()
+    assert agent_h.payloads == []
+    recs = [schema.unpack(p) for p in handle.payloads]
+    assert [(r["sampler"], r["status"], r["refreshes"], r["errors"], r["count"])
+            for r in recs] == [
+        ("cpu_usage", STATUS_CODES["active"], 12, 1, 5),
+        ("memory", STATUS_CODES["unavailable"], 0, 0, 0),
+        # The second interval holds only what was recorded since the first.
+        ("cpu_usage", STATUS_CODES["active"], 12, 1, 1),
+        ("memory", STATUS_CODES["unavailable"], 0, 0, 0),
+    ]
+    first = recs[0]
+    assert (first["p50"], first["max"]) == (31, 1023)  # upper edges of 30's and 1000's
+    assert first["buckets"] == h2.encode_sparse(_counts([10, 20, 30, 40, 1000]))
+    assert all((r["part"], r["parts"]) == (0, 1) for r in recs)
+
+
+def test_agent_sampler_first_record_after_enabling_covers_one_interval(tmp_path: Path) -> None:
+    fake_procfs(tmp_path)
+    st = SamplerState("cpu_usage", None, "active")
+    agent_h, per_sampler = FakeHandle(), FakeHandle(enabled=False)
+    sampler = make_agent_sampler(tmp_path, make_agent().stats(), [st])
+    try:
+        sampler.bind({AGENT.name: agent_h, AGENT_SAMPLER.schema.name: per_sampler})
+        st.cost_us.record_many([10] * 100)  # refreshes while nobody watched their cost
+        sampler.publish(0)
+        per_sampler.word.value = 1  # a consumer enables rezolus_agent_sampler
+        st.cost_us.record(10)
+        sampler.publish(1)
+    finally:
+        sampler.close()
+    (rec,) = [AGENT_SAMPLER.schema.unpack(p) for p in per_sampler.payloads]
+    assert rec["count"] == 1
+
+
+def _counts(values: list[int]) -> np.ndarray:
+    c = h2.new_counts()
+    h2.record(c, values)
+    return c
+
+
+# --- the sampler API ---------------------------------------------------------------------
+
+
+def test_events_derive_from_families() -> None:
+    assert FakeSampler.events() == (FAKE.schema, FAKE.dist_schema)
+    assert CpuUsage.events() == (CPU_USAGE.schema, CPU_USAGE.dist_schema, CPU_CORES.schema)
+    for cls in REGISTRY.values():
+        assert cls.events() == tuple(s for f in cls.families for s in f.schemas)
+        assert all(f.sampler == cls.name for f in cls.families), cls.name
+
+
+def test_wanted_dist_wanted_and_family_wanted() -> None:
+    s = FakeSampler(enabled=False)
+    assert not s.wanted and not s.dist_wanted and not s.family_wanted(FAKE)
+    s.dist_handle.word.value = 1
+    assert s.wanted and s.dist_wanted and s.family_wanted(FAKE)
+    s.dist_handle.word.value = 0
+    s.handle.word.value = 0x80000000  # any non-zero word means enabled
+    assert s.wanted and not s.dist_wanted and s.family_wanted(FAKE)
+    other = Family("rezolus_other", "fake", "x", (), (gauge("g", "x", "g", dist=False),))
+    assert not s.family_wanted(other)  # not bound: never wanted
+
+
+class TwoFamilies(FamilySampler):
+    """Reads two families from in-memory rows."""
+
+    name = "two"
+    families = (FAKE, Family("rezolus_fake_g", "two", "g", (),
+                             (gauge("g", "x", "g", dist=False),)))
+
+    def __init__(self) -> None:
+        super().__init__(SamplerContext(Roots(), {}))
+        self.n = 0
+        self.reads = 0
+
+    def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        self.reads += 1
+        self.n += 10
+        return {f: {(): (self.n,)} for f in self.families if self.family_wanted(f)}
+
+
+def test_family_sampler_writes_only_enabled_events() -> None:
+    s = TwoFamilies()
+    fam_g = s.families[1]
+    hs = {FAKE.schema.name: FakeHandle(False), FAKE.dist_schema.name: FakeHandle(True),
+          fam_g.schema.name: FakeHandle(True)}
+    s.bind(hs)
+    assert s.dist_wanted
+    s.sample(0)
+    s.sample(1_000_000_000)
+    s.publish(1_000_000_000)
+    assert hs[FAKE.schema.name].payloads == []
+    (d,) = [FAKE.dist_schema.unpack(p) for p in hs[FAKE.dist_schema.name].payloads]
+    assert d == {"metric": "n", "value": 20, "p50": 10, "p90": 10, "p99": 10, "max": 10}
+    assert [fam_g.schema.unpack(p) for p in hs[fam_g.schema.name].payloads] == [{"g": 20}]
+    # Nothing sampled since: nothing published.
+    s.publish(2_000_000_000)
+    assert len(hs[fam_g.schema.name].payloads) == 1
+
+
+# --- start, close, run -------------------------------------------------------------------
 
 
 def test_start_without_user_events_raises(tmp_path: Path) -> None:
@@ -177,46 +476,70 @@ def test_close_closes_every_sampler_even_if_one_raises() -> None:
     assert a.closed and boom.closed and b.closed
 
 
-def test_run_ticks_until_stopped() -> None:
-    s = FakeSampler()
-    agent = make_agent(s=s)
-    cfg = agent.config
-    agent.config = config.Config(cfg.path, {**cfg.agent, "interval": 10_000_000}, cfg.samplers)
+def run_agent(agent: Agent, should_stop, wake_after: float | None = None) -> float:  # type: ignore[no-untyped-def]
+    """Run until ``should_stop()``; with ``wake_after``, stop and wake it then."""
     rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    stop = threading.Event()
+
+    def wake() -> None:
+        time.sleep(wake_after)  # type: ignore[arg-type]
+        stop.set()
+        os.write(wfd, b"\x0f")
+
+    t = threading.Thread(target=wake) if wake_after is not None else None
+    start = time.monotonic()
+    if t:
+        t.start()
     try:
-        agent.run(rfd, lambda: s.collected >= 3)
+        agent.run(rfd, lambda: stop.is_set() or should_stop())
     finally:
+        if t:
+            t.join()
         os.close(rfd)
         os.close(wfd)
-    assert s.collected == 3
+    return time.monotonic() - start
+
+
+def test_run_publishes_every_publish_interval_until_stopped() -> None:
+    s = FakeSampler()
+    agent = make_agent(s=s)
+    with_intervals(agent, 20_000_000, 10_000_000)
+    elapsed = run_agent(agent, lambda: len(s.publishes) >= 3)
+    assert len(s.publishes) == 3
+    assert s.samples == s.publishes  # no _dist consumer: sampled only to publish
+    gaps = np.diff(s.publishes)
+    assert all(g >= 15_000_000 for g in gaps), gaps
+    assert elapsed < 5
+
+
+def test_run_wakes_every_sample_interval_while_a_dist_event_is_enabled() -> None:
+    s = FakeSampler(dist=True)
+    agent = make_agent(s=s)
+    with_intervals(agent, 3_600_000_000_000, 10_000_000)
+    elapsed = run_agent(agent, lambda: len(s.samples) >= 5)
+    assert len(s.samples) == 5
+    assert len(s.publishes) == 1  # the first tick publishes; the next is an hour away
+    assert elapsed < 5
+
+
+def test_run_does_not_wake_to_sample_without_a_dist_consumer() -> None:
+    s = FakeSampler()
+    agent = make_agent(s=s)
+    with_intervals(agent, 3_600_000_000_000, 10_000_000)
+    elapsed = run_agent(agent, lambda: False, wake_after=0.3)
+    assert elapsed < 2
+    # One publish tick at start, then asleep until the wake fd: 30 sample intervals passed.
+    assert (len(s.samples), len(s.publishes)) == (1, 1)
 
 
 def test_run_wakes_on_the_wake_fd() -> None:
     """A signal (written to the wake fd) ends a one-hour sleep at once."""
     s = FakeSampler()
     agent = make_agent(s=s)
-    cfg = agent.config
-    agent.config = config.Config(cfg.path, {**cfg.agent, "interval": 3_600_000_000_000},
-                                 cfg.samplers)
-    rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    stop = threading.Event()
-
-    def wake() -> None:
-        time.sleep(0.05)
-        stop.set()
-        os.write(wfd, b"\x0f")
-
-    t = threading.Thread(target=wake)
-    start = time.monotonic()
-    t.start()
-    try:
-        agent.run(rfd, stop.is_set)
-    finally:
-        t.join()
-        os.close(rfd)
-        os.close(wfd)
-    assert time.monotonic() - start < 2
-    assert s.collected == 1
+    with_intervals(agent, 3_600_000_000_000, 3_600_000_000_000)
+    elapsed = run_agent(agent, lambda: False, wake_after=0.05)
+    assert elapsed < 2
+    assert len(s.publishes) == 1
 
 
 def test_single_instance_lock(tmp_path: Path) -> None:
@@ -225,6 +548,7 @@ def test_single_instance_lock(tmp_path: Path) -> None:
 
     fd = single_instance_lock(tmp_path / "run")
     assert fd is not None
+    assert (tmp_path / "run" / "agent.lock").read_text() == f"{os.getpid()}\n"
     running = rf"another rezolus-ue agent is running \(pid {os.getpid()}"
     with pytest.raises(RezolusError, match=running):
         single_instance_lock(tmp_path / "run")

@@ -41,7 +41,9 @@ def test_help() -> None:
 def test_run_help() -> None:
     p = cli("run", "--help")
     assert p.returncode == 0
-    assert "--interval" in p.stdout and "--config" in p.stdout
+    for opt in ("--interval", "--sample-interval", "--config", "-i", "-s", "-c"):
+        assert re.search(rf"(?<![\w-]){opt}\b", p.stdout), opt
+    assert "publish_interval" in p.stdout and "sample_interval" in p.stdout
 
 
 def test_no_subcommand_prints_help_and_exits_2() -> None:
@@ -51,13 +53,14 @@ def test_no_subcommand_prints_help_and_exits_2() -> None:
     assert "run" in p.stdout and "check" in p.stdout
 
 
+@pytest.mark.parametrize("option", ["--interval", "-i", "--sample-interval", "-s"])
 @pytest.mark.parametrize(("value", "needle"), [
     ("1x", "invalid duration '1x'"),
     ("1ms", "'1ms' is out of range"),
     ("2h", "'2h' is out of range"),
 ])
-def test_run_bad_interval(value: str, needle: str) -> None:
-    p = cli("run", "--interval", value)
+def test_run_bad_interval(option: str, value: str, needle: str) -> None:
+    p = cli("run", option, value)
     assert p.returncode == 2
     lines = p.stderr.splitlines()
     assert len(lines) == 2, p.stderr
@@ -67,10 +70,32 @@ def test_run_bad_interval(value: str, needle: str) -> None:
     assert_no_traceback(p)
 
 
-def test_run_huge_interval_is_a_usage_error() -> None:
-    p = cli("run", "--interval", "9" * 400 + "s")
+@pytest.mark.parametrize("option", ["--interval", "--sample-interval"])
+def test_run_huge_interval_is_a_usage_error(option: str) -> None:
+    p = cli("run", option, "9" * 400 + "s")
     assert p.returncode == 2
     assert_no_traceback(p)
+
+
+@pytest.mark.parametrize("args", [
+    ("--sample-interval", "2s"),  # over the default publish interval of 1s
+    ("-i", "100ms", "-s", "200ms"),
+])
+def test_run_sample_interval_over_publish_interval(args: tuple[str, ...]) -> None:
+    p = cli("run", *args)
+    assert p.returncode == 2
+    assert p.stderr.splitlines() == [
+        "rezolus-ue: error: --sample-interval must not exceed the publish interval"]
+    assert_no_traceback(p)
+
+
+def test_run_sample_interval_over_configured_publish_interval(tmp_path: Path) -> None:
+    cfg = tmp_path / "fast.toml"
+    cfg.write_text('[agent]\npublish_interval = "200ms"\nsample_interval = "100ms"\n')
+    p = cli("run", "--config", str(cfg), "-s", "500ms")
+    assert p.returncode == 2
+    assert p.stderr.splitlines() == [
+        "rezolus-ue: error: --sample-interval must not exceed the publish interval"]
 
 
 def test_unknown_subcommand() -> None:
@@ -89,12 +114,39 @@ def test_run_missing_config() -> None:
 
 def test_run_bad_config(tmp_path: Path) -> None:
     cfg = tmp_path / "bad.toml"
-    cfg.write_text('# test\n[agent]\ninterval = "fast"\n')
+    cfg.write_text('# test\n[agent]\npublish_interval = "fast"\n')
     p = cli("run", "--config", str(cfg))
     assert p.returncode == 2
     lines = p.stderr.splitlines()
     assert len(lines) == 1, p.stderr
-    assert lines[0].startswith(f"rezolus-ue: error: {cfg}:3: [agent] interval")
+    assert lines[0].startswith(f"rezolus-ue: error: {cfg}:3: [agent] publish_interval")
+    assert_no_traceback(p)
+
+
+def test_run_config_sample_interval_over_publish_interval(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('[agent]\npublish_interval = "1s"\n\nsample_interval = "2s"\n')
+    p = cli("run", "--config", str(cfg))
+    assert p.returncode == 2
+    assert p.stderr.splitlines() == [
+        f"rezolus-ue: error: {cfg}:4: [agent] sample_interval must not exceed"
+        " publish_interval (2s > 1s)"]
+
+
+def test_run_old_interval_key_is_rejected(tmp_path: Path) -> None:
+    cfg = tmp_path / "old.toml"
+    cfg.write_text('[agent]\ninterval = "1s"\n')
+    p = cli("run", "--config", str(cfg))
+    assert p.returncode == 2
+    (line,) = p.stderr.splitlines()
+    assert line.startswith(f"rezolus-ue: error: {cfg}:2: unknown key 'interval' in [agent];")
+    assert "publish_interval" in line
+
+
+def test_check_missing_config() -> None:
+    p = cli("check", "--config", "/nonexistent.toml")
+    assert p.returncode == 2
+    assert p.stderr.splitlines() == ["rezolus-ue: error: /nonexistent.toml: no such file"]
     assert_no_traceback(p)
 
 

@@ -94,10 +94,12 @@ def test_empty_document_is_the_defaults() -> None:
 def test_defaults() -> None:
     d = config.defaults(OPTS)
     assert d.path is None
-    assert d.interval_ns == 1_000_000_000
+    assert d.publish_interval_ns == 1_000_000_000
+    assert d.sample_interval_ns == 100_000_000
     assert dict(d.agent) == {
-        "interval": 1_000_000_000, "tracefs": "", "procfs": "/proc", "sysfs": "/sys",
-        "persist": False, "multi_format": False, "log_level": "info",
+        "publish_interval": 1_000_000_000, "sample_interval": 100_000_000, "tracefs": "",
+        "procfs": "/proc", "sysfs": "/sys", "persist": False, "multi_format": False,
+        "log_level": "info",
     }
     assert set(d.samplers) == set(REGISTRY)
     assert all(d.sampler_enabled(name) for name in REGISTRY)
@@ -107,7 +109,8 @@ def test_overrides_keep_the_other_defaults() -> None:
     text = """\
 # a comment
 [agent]
-interval = "250ms"
+publish_interval = "250ms"
+sample_interval = "50ms"
 persist = true
 log_level = "debug"
 tracefs = "/mnt/tracing"
@@ -117,7 +120,8 @@ enabled = false
 """
     c = config.parse(text, OPTS, WHERE)
     assert c.path == WHERE
-    assert c.interval_ns == 250_000_000
+    assert c.publish_interval_ns == 250_000_000
+    assert c.sample_interval_ns == 50_000_000
     assert c.agent["persist"] is True
     assert c.agent["log_level"] == "debug"
     assert c.agent["tracefs"] == "/mnt/tracing"
@@ -138,8 +142,101 @@ def test_parse_does_not_mutate_defaults() -> None:
 
 
 def test_crlf_line_endings() -> None:
-    c = config.parse('[agent]\r\ninterval = "2s"\r\n', OPTS)
-    assert c.interval_ns == 2_000_000_000
+    c = config.parse('[agent]\r\npublish_interval = "2s"\r\n', OPTS)
+    assert c.publish_interval_ns == 2_000_000_000
+
+
+@pytest.mark.parametrize(("text", "publish", "sample"), [
+    ('[agent]\nsample_interval = "1s"\n', 1_000_000_000, 1_000_000_000),  # equal is fine
+    ('[agent]\npublish_interval = "10s"\n', 10_000_000_000, 100_000_000),
+    ('[agent]\npublish_interval = "100ms"\n', 100_000_000, 100_000_000),
+    ('[agent]\nsample_interval = "10ms"\npublish_interval = "10ms"\n', 10_000_000, 10_000_000),
+])
+def test_publish_and_sample_intervals(text: str, publish: int, sample: int) -> None:
+    c = config.parse(text, OPTS)
+    assert (c.publish_interval_ns, c.sample_interval_ns) == (publish, sample)
+
+
+def test_fast_publish_interval_lowers_the_default_sample_interval() -> None:
+    c = config.parse('[agent]\npublish_interval = "50ms"\n', OPTS)
+    assert c.sample_interval_ns == c.publish_interval_ns == 50_000_000
+
+
+# --- option kinds ----------------------------------------------------------------------
+
+INT_OPT = config.Option("max_things", "int", 64, "How many things.", min_ns=1, max_ns=1000)
+#: Declared with a list default, as a TOML file writes it (kept as a tuple).
+STRINGS_OPT = config.Option("include", "strings", ["*"], "Globs to include.")
+TEST_SAMPLERS = {**OPTS, "test": (*config.SAMPLER_OPTIONS, INT_OPT, STRINGS_OPT)}
+
+
+@pytest.mark.parametrize(("value", "want"), [(1, 1), (64, 64), (1000, 1000)])
+def test_int_option_accepts(value: int, want: int) -> None:
+    assert INT_OPT.convert(value) == want
+
+
+@pytest.mark.parametrize(("value", "needle"), [
+    (0, "0 is out of range: expected an integer from 1 to 1000"),
+    (1001, "1001 is out of range"),
+    (True, "expected an integer from 1 to 1000"),  # a bool is not an int here
+    ("5", "expected an integer"),
+    (5.0, "expected an integer"),
+])
+def test_int_option_rejects(value: object, needle: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        INT_OPT.convert(value)
+
+
+@pytest.mark.parametrize(("value", "want"), [([], ()), (["a"], ("a",)),
+                                             (["a", "b*"], ("a", "b*"))])
+def test_strings_option_accepts(value: list[str], want: tuple[str, ...]) -> None:
+    assert STRINGS_OPT.convert(value) == want
+
+
+@pytest.mark.parametrize("value", ["a", ["a", 1], [["a"]], 3, None])
+def test_strings_option_rejects(value: object) -> None:
+    with pytest.raises(ValueError, match=re.escape('a list of strings, e.g. ["a", "b*"]')):
+        STRINGS_OPT.convert(value)
+
+
+def test_defaults_of_int_and_strings_options() -> None:
+    assert STRINGS_OPT.default == ("*",)  # immutable, so the Option stays hashable
+    assert hash(STRINGS_OPT) == hash(STRINGS_OPT)
+    assert STRINGS_OPT.toml_default() == ["*"]
+    assert INT_OPT.toml_default() == 64
+    assert config.defaults(TEST_SAMPLERS).samplers["test"] == {
+        "enabled": True, "max_things": 64, "include": ("*",)}
+
+
+def test_strings_option_with_a_tuple_default() -> None:
+    opt = config.Option("exclude", "strings", ("a*", "b"), "Globs to exclude.")
+    assert opt.toml_default() == ["a*", "b"]
+    samplers = {"test": (*config.SAMPLER_OPTIONS, opt)}
+    assert config.defaults(samplers).samplers["test"]["exclude"] == ("a*", "b")
+
+
+def test_sampler_specific_options_parse() -> None:
+    c = config.parse('[samplers.test]\nmax_things = 5\ninclude = ["a", "b*"]\n', TEST_SAMPLERS)
+    assert c.samplers["test"] == {"enabled": True, "max_things": 5, "include": ("a", "b*")}
+
+
+@pytest.mark.parametrize(("text", "line", "needle"), [
+    ('[samplers.test]\n\nmax_things = 0\n', 3, "[samplers.test] max_things: 0 is out of range"),
+    ('[samplers.test]\ninclude = "a"\n', 2, "[samplers.test] include: expected a list"),
+    ('[samplers.test]\nmax_thing = 1\n', 2, "allowed: enabled, max_things, include"),
+])
+def test_sampler_specific_option_rejections(text: str, line: int, needle: str) -> None:
+    with pytest.raises(ConfigError) as ei:
+        config.parse(text, TEST_SAMPLERS, WHERE)
+    assert str(ei.value).startswith(f"{WHERE}:{line}: ")
+    assert needle in str(ei.value)
+
+
+def test_render_default_writes_every_kind() -> None:
+    text = config.render_default({"test": TEST_SAMPLERS["test"]}, {"test": "A test sampler."})
+    doc = tomllib.loads(text)
+    assert doc["samplers"]["test"] == {"enabled": True, "max_things": 64, "include": ["*"]}
+    assert config.parse(text, TEST_SAMPLERS).samplers["test"]["include"] == ("*",)
 
 
 # --- parse: rejections -----------------------------------------------------------------
@@ -148,34 +245,44 @@ REJECTIONS = [
     # (id, text, line, substrings of the message)
     ("unknown-top-level-key", '# my config\nintervall = "1s"\n', 2,
      ["unknown table or key 'intervall'", "[agent]", "[samplers.<name>]"]),
-    ("unknown-top-level-table", '\n\n[agnet]\ninterval = "1s"\n', 3,
+    ("unknown-top-level-table", '\n\n[agnet]\npublish_interval = "1s"\n', 3,
      ["unknown table or key 'agnet'"]),
-    ("unknown-agent-key", '[agent]\ninterval = "1s"\n\nfrequency = "1s"\n', 4,
+    ("unknown-agent-key", '[agent]\npublish_interval = "1s"\n\nfrequency = "1s"\n', 4,
      ["unknown key 'frequency' in [agent]", "allowed: " + ", ".join(AGENT_KEYS)]),
     ("unknown-sampler-key", '[samplers.cpu_usage]\nenabled = true\nenable = true\n', 3,
      ["unknown key 'enable' in [samplers.cpu_usage]", "allowed: enabled"]),
     ("unknown-sampler", '[agent]\n\n[samplers.cpu_usage]\nenabled = true\n'
      '[samplers.disk]\nenabled = true\n', 5,
      ["unknown sampler 'disk'", "known: " + ", ".join(sorted(REGISTRY))]),
-    ("bad-duration", '[agent]\n# comment\ninterval = "1x"\n', 3,
-     ["[agent] interval", "invalid duration '1x'", config.DURATION_HELP]),
-    ("duration-too-small", '\n[agent]\ninterval = "1ms"\n', 3,
+    ("renamed-interval", '[agent]\n\ninterval = "1s"\n', 3,
+     ["unknown key 'interval' in [agent]", "publish_interval", "sample_interval"]),
+    ("sample-over-publish", '[agent]\nsample_interval = "2s"\npublish_interval = "1s"\n', 2,
+     ["[agent] sample_interval must not exceed publish_interval (2s > 1s)"]),
+    ("sample-over-default-publish",
+     '[agent]\npersist = false\nsample_interval = "1500ms"\n', 3,
+     ["sample_interval must not exceed publish_interval (1500ms > 1s)"]),
+    ("sample-interval-too-small", '[agent]\nsample_interval = "5ms"\n', 2,
+     ["[agent] sample_interval: '5ms' is out of range", "from 10ms to 1h"]),
+    ("bad-duration", '[agent]\n# comment\npublish_interval = "1x"\n', 3,
+     ["[agent] publish_interval", "invalid duration '1x'", config.DURATION_HELP]),
+    ("duration-too-small", '\n[agent]\npublish_interval = "1ms"\n', 3,
      ["'1ms' is out of range", "from 10ms to 1h"]),
-    ("duration-too-large", '[agent]\npersist = false\ninterval = "2h"\n', 3,
+    ("duration-too-large", '[agent]\npersist = false\npublish_interval = "2h"\n', 3,
      ["'2h' is out of range", "from 10ms to 1h"]),
-    ("duration-not-a-string", '[agent]\ninterval = 5\n', 2,
-     ["[agent] interval: expected a duration string"]),
+    ("duration-not-a-string", '[agent]\npublish_interval = 5\n', 2,
+     ["[agent] publish_interval: expected a duration string"]),
     ("bool-not-a-bool", '[samplers.agent]\n\nenabled = "yes"\n', 3,
      ["[samplers.agent] enabled: expected true or false"]),
     ("bool-as-int", '[agent]\npersist = 1\n', 2, ["[agent] persist", "true or false"]),
     ("path-not-a-string", '[agent]\nprocfs = 3\n', 2, ["[agent] procfs", "a path string"]),
-    ("choice-not-allowed", '[agent]\ninterval = "1s"\nlog_level = "loud"\n', 3,
+    ("choice-not-allowed", '[agent]\npublish_interval = "1s"\nlog_level = "loud"\n', 3,
      ["[agent] log_level: 'loud' is not allowed",
       'one of "debug", "info", "warning", "error"']),
     ("choice-wrong-case", '[agent]\nlog_level = "INFO"\n', 2, ["'INFO' is not allowed"]),
-    ("invalid-toml", '[agent]\ninterval = "1s"\npersist = tru\n', 3, ["invalid TOML"]),
+    ("invalid-toml", '[agent]\npublish_interval = "1s"\npersist = tru\n', 3,
+     ["invalid TOML"]),
     ("invalid-toml-header", '\n\n[agent\n', 3, ["invalid TOML"]),
-    ("invalid-toml-string", '[agent]\n\n\ninterval = "1s\n', 4, ["invalid TOML"]),
+    ("invalid-toml-string", '[agent]\n\n\npublish_interval = "1s\n', 4, ["invalid TOML"]),
     ("samplers-in-agent", '[agent]\n\n# x\nsamplers = 3\n', 4,
      ["unknown key 'samplers' in [agent]"]),
     ("samplers-scalar", '# x\nsamplers = 3\n', 2,
@@ -202,16 +309,18 @@ def test_rejection_is_one_line_with_file_and_line(text: str, line: int,
 
 def test_rejection_without_a_path_names_config() -> None:
     with pytest.raises(ConfigError, match=r"^<config>:2: "):
-        config.parse('[agent]\ninterval = "1x"\n', OPTS)
+        config.parse('[agent]\npublish_interval = "1x"\n', OPTS)
 
 
 def test_duplicate_key_reports_its_line() -> None:
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(WHERE))}:3: "):
-        config.parse('[agent]\ninterval = "1s"\ninterval = "2s"\n', OPTS, WHERE)
+        config.parse('[agent]\npublish_interval = "1s"\npublish_interval = "2s"\n', OPTS,
+                     WHERE)
 
 
 @pytest.mark.parametrize(
-    "text", ['# c\nagent.interval = "1x"\n', '# c\nagent = { interval = "1x" }\n'],
+    "text",
+    ['# c\nagent.publish_interval = "1x"\n', '# c\nagent = { publish_interval = "1x" }\n'],
     ids=["dotted", "inline"],
 )
 def test_dotted_and_inline_keys_report_their_line(text: str) -> None:
@@ -269,8 +378,9 @@ def test_load_binary_file(tmp_path: Path) -> None:
 
 def test_load_names_the_file_and_line(tmp_path: Path) -> None:
     p = tmp_path / "bad.toml"
-    p.write_text('[agent]\n\ninterval = "fast"\n')
-    with pytest.raises(ConfigError, match=rf"^{re.escape(str(p))}:3: \[agent\] interval"):
+    p.write_text('[agent]\n\npublish_interval = "fast"\n')
+    with pytest.raises(ConfigError,
+                       match=rf"^{re.escape(str(p))}:3: \[agent\] publish_interval"):
         config.load(p, OPTS)
 
 
@@ -279,14 +389,16 @@ def test_load_names_the_file_and_line(tmp_path: Path) -> None:
 _HEADERS = ["[agent]", "[samplers]", "[samplers.cpu_usage]", "[samplers.agent]",
             "[samplers.nope]", "[[agent]]", "[agent.sub]", "[samplers.cpu_usage.x]", "[x]",
             "[ agent ]", "[samplers.'cpu_usage']", "[[samplers.agent]]"]
-_KEYS = [*AGENT_KEYS, "enabled", "agent", "samplers", "cpu_usage", "x", '"a b"', "agent.interval",
+_KEYS = [*AGENT_KEYS, "enabled", "agent", "samplers", "cpu_usage", "x", '"a b"',
+         "agent.publish_interval", "agent.sample_interval", "interval",
          "samplers.agent.enabled", "a-b"]
 _DURATIONS = st.builds(lambda n, u: f'"{n}{u}"', st.integers(0, 10**7),
                        st.sampled_from(["ns", "us", "ms", "s", "m", "h", "x", "", " s"]))
 _SCALARS = st.sampled_from([
     "true", "false", "0", "-1", "5", "1.5", "inf", "nan", '""', '"info"', '"debug"',
     '"/proc"', "1979-05-27", "1979-05-27T07:32:00Z", "07:32:00", "[]", "[1, 2]", '["a"]',
-    "{}", "{ enabled = true }", '{ interval = "1s" }', "'''x'''", '"""a\nb"""', "0x1F",
+    "{}", "{ enabled = true }", '{ publish_interval = "1s" }', '{ sample_interval = "2s" }',
+    "'''x'''", '"""a\nb"""', "0x1F",
 ])
 _VALUES = st.one_of(_SCALARS, _DURATIONS,
                     st.text(max_size=12).map(lambda s: '"' + s + '"'))
@@ -311,4 +423,6 @@ def test_parse_returns_config_or_raises_config_error(text: str) -> None:
     else:
         assert isinstance(c, config.Config)
         assert set(c.samplers) == set(REGISTRY)
-        assert config.AGENT_OPTIONS[0].min_ns <= c.interval_ns <= config.AGENT_OPTIONS[0].max_ns
+        publish = next(o for o in config.AGENT_OPTIONS if o.key == "publish_interval")
+        assert publish.min_ns <= c.publish_interval_ns <= publish.max_ns
+        assert c.sample_interval_ns <= c.publish_interval_ns

@@ -1,8 +1,11 @@
-"""The cpu_usage sampler: /proc/stat parsing against fixture trees, and the sampler end to end.
+"""The cpu_usage sampler: /proc/stat parsing against fixture trees, busy share, and the
+sampler end to end (both its families, CPU_USAGE and CPU_CORES, and the _dist event).
 
 Golden files: ``tests/fixtures/procfs/<case>.expected.json`` hold the parsed rows of
 ``tests/fixtures/procfs/<case>/stat``. After a deliberate change, regenerate them with
 ``REZOLUS_UE_UPDATE_GOLDEN=1 pytest tests/test_cpu_usage.py`` and review the diff.
+The sampler also reads sysfs (``devices/system/cpu/online``): the tests build a root with
+both trees in a temporary directory.
 """
 
 from __future__ import annotations
@@ -17,20 +20,34 @@ from pathlib import Path
 import pytest
 
 from rezolus_ue import config
+from rezolus_ue.metrics.catalog import CPU_CORES
 from rezolus_ue.samplers import Roots, SamplerContext, options
-from rezolus_ue.samplers.cpu.usage import CpuUsage, parse_proc_stat_cpus
+from rezolus_ue.samplers.cpu.usage import CpuUsage, busy_ppm, parse_proc_stat_cpus
 from rezolus_ue.schema import CPU_USAGE
 
 FIXTURES = Path(__file__).parent / "fixtures" / "procfs"
 CASES = ["modern", "old", "offline"]
+#: The online cpulist of each case (sysfs), matching its cpuN lines.
+ONLINE = {"modern": "0-1\n", "old": "0-1\n", "offline": "0,2\n"}
 UPDATE = os.environ.get("REZOLUS_UE_UPDATE_GOLDEN") == "1"
 #: USER_HZ=100: a fixed tick so the golden files do not depend on the host.
 TICK_NS = 10_000_000
-COLUMNS = CPU_USAGE.field_names[1:]
+#: What parse_proc_stat_cpus returns: the label and the eight time counters (not busy_ppm).
+TIME_FIELDS = CPU_USAGE.field_names[:9]
+COLUMNS = TIME_FIELDS[1:]
+CPU_USAGE_DIST = CPU_USAGE.name + "_dist"
 
 
 def rows_as_dicts(rows: list[tuple[int, ...]]) -> list[dict[str, int]]:
-    return [dict(zip(CPU_USAGE.field_names, row, strict=True)) for row in rows]
+    return [dict(zip(TIME_FIELDS, row, strict=True)) for row in rows]
+
+
+def test_cpu_usage_fields() -> None:
+    assert CPU_USAGE.field_names == (
+        "cpu", "user_ns", "nice_ns", "system_ns", "idle_ns", "iowait_ns", "irq_ns",
+        "softirq_ns", "steal_ns", "busy_ppm")
+    assert CPU_CORES.schema.field_names == ("online",)
+    assert CpuUsage.events() == (CPU_USAGE, CpuUsage.families[0].dist_schema, CPU_CORES.schema)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -99,7 +116,30 @@ def test_tick_scaling() -> None:
         (3, *(n * 4_000_000 for n in range(1, 9)))]
 
 
-# --- the sampler against a fixture procfs root -----------------------------------------
+# --- busy share ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("now", "before", "ppm"),
+    [
+        # user nice system idle iowait irq softirq steal
+        ((10, 0, 10, 80, 0, 0, 0, 0), None, 200_000),  # first sample: the share since boot
+        ((60, 0, 60, 180, 0, 0, 0, 0), (10, 0, 10, 80, 0, 0, 0, 0), 500_000),
+        ((10, 0, 0, 0, 0, 0, 0, 0), (0, 0, 0, 0, 0, 0, 0, 0), 1_000_000),  # all busy
+        ((0, 0, 0, 90, 10, 0, 0, 0), (0, 0, 0, 0, 0, 0, 0, 0), 0),  # iowait is not busy
+        ((1, 1, 1, 1, 1, 1, 1, 1), (0, 0, 0, 0, 0, 0, 0, 0), 750_000),  # irq, steal are busy
+        ((1, 0, 0, 2, 0, 0, 0, 0), (0, 0, 0, 0, 0, 0, 0, 0), 333_333),  # rounded
+        ((2, 0, 0, 1, 0, 0, 0, 0), (0, 0, 0, 0, 0, 0, 0, 0), 666_667),
+        ((5, 5, 5, 5, 5, 5, 5, 5), (5, 5, 5, 5, 5, 5, 5, 5), 0),  # no time passed
+        ((0,) * 8, None, 0),
+        ((5, 0, 0, 10, 0, 0, 0, 0), (6, 0, 0, 1, 0, 0, 0, 0), 0),  # went back: hotplug
+    ],
+)
+def test_busy_ppm(now: tuple[int, ...], before: tuple[int, ...] | None, ppm: int) -> None:
+    assert busy_ppm(now, before) == ppm
+
+
+# --- the sampler against a fixture root --------------------------------------------------
 
 
 class FakeHandle:
@@ -118,11 +158,38 @@ class FakeHandle:
         return True
 
 
-def make_sampler(procfs: Path, handle: FakeHandle) -> CpuUsage:
+class Handles(dict):
+    """The sampler's three handles, by event name."""
+
+    def __init__(self, usage: bool = True, dist: bool = True, cores: bool = True) -> None:
+        super().__init__({CPU_USAGE.name: FakeHandle(usage), CPU_USAGE_DIST: FakeHandle(dist),
+                          CPU_CORES.schema.name: FakeHandle(cores)})
+
+    def records(self, name: str) -> list[dict[str, object]]:
+        schema = {CPU_USAGE.name: CPU_USAGE, CPU_USAGE_DIST: CpuUsage.families[0].dist_schema,
+                  CPU_CORES.schema.name: CPU_CORES.schema}[name]
+        return [schema.unpack(p) for p in self[name].payloads]  # type: ignore[union-attr]
+
+
+def make_root(tmp_path: Path, stat: str, online: str = "0-1\n") -> Path:
+    """Return a root with ``proc/stat`` and ``sys/devices/system/cpu/online``."""
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "stat").write_text(stat)
+    cpu = tmp_path / "sys" / "devices" / "system" / "cpu"
+    cpu.mkdir(parents=True)
+    (cpu / "online").write_text(online)
+    return tmp_path
+
+
+def case_root(tmp_path: Path, case: str) -> Path:
+    return make_root(tmp_path, (FIXTURES / case / "stat").read_text(), ONLINE[case])
+
+
+def make_sampler(root: Path, handles: Handles) -> CpuUsage:
     opts = config.defaults(options()).samplers["cpu_usage"]
-    s = CpuUsage(SamplerContext(Roots(procfs=procfs, sysfs=FIXTURES / "no-sysfs"), opts))
+    s = CpuUsage(SamplerContext(Roots(procfs=root / "proc", sysfs=root / "sys"), opts))
     s.start()
-    s.bind({CPU_USAGE.name: handle})
+    s.bind(handles)
     return s
 
 
@@ -130,48 +197,133 @@ def host_tick_ns() -> int:
     return 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
 
+def rewrite(path: Path, text: str) -> None:
+    """Rewrite in place (same inode, as procfs regenerates its text on every read)."""
+    with open(path, "r+") as f:
+        f.truncate(0)
+        f.write(text)
+
+
 @pytest.mark.parametrize("case", CASES)
-def test_sampler_publishes_one_record_per_cpu(case: str) -> None:
-    h = FakeHandle()
-    s = make_sampler(FIXTURES / case, h)
+def test_sampler_publishes_one_record_per_cpu(tmp_path: Path, case: str) -> None:
+    h = Handles()
+    s = make_sampler(case_root(tmp_path, case), h)
     try:
-        assert s.wanted
-        s.collect()
+        assert s.wanted and s.dist_wanted
+        s.sample(0)
+        s.publish(0)
     finally:
         s.close()
-    expected = rows_as_dicts(
-        parse_proc_stat_cpus((FIXTURES / case / "stat").read_text(), host_tick_ns()))
-    assert all(len(p) == CPU_USAGE.fixed_size for p in h.payloads)
-    assert [CPU_USAGE.unpack(p) for p in h.payloads] == expected
+    rows = parse_proc_stat_cpus((FIXTURES / case / "stat").read_text(), host_tick_ns())
+    expected = [{**d, "busy_ppm": busy_ppm(r[1:], None)}
+                for d, r in zip(rows_as_dicts(rows), rows, strict=True)]
+    assert all(len(p) == CPU_USAGE.fixed_size for p in h[CPU_USAGE.name].payloads)
+    assert h.records(CPU_USAGE.name) == expected
+    assert all(0 < r["busy_ppm"] < 1_000_000 for r in expected)
+    # One sample: the _dist record's percentiles are that one level.
+    assert h.records(CPU_USAGE_DIST) == [
+        {"cpu": r["cpu"], "metric": "busy_ppm", **{k: r["busy_ppm"] for k in
+                                                   ("value", "p50", "p90", "p99", "max")}}
+        for r in expected]
+    assert h.records(CPU_CORES.schema.name) == [{"online": len(rows)}]
 
 
-def test_sampler_not_wanted_without_consumer() -> None:
-    h = FakeHandle(enabled=False)
-    s = make_sampler(FIXTURES / "modern", h)
+def test_sampler_not_wanted_without_consumer(tmp_path: Path) -> None:
+    h = Handles(usage=False, dist=False, cores=False)
+    s = make_sampler(case_root(tmp_path, "modern"), h)
     try:
-        assert not s.wanted
-        h.word.value = 1
-        assert s.wanted
+        assert not s.wanted and not s.dist_wanted
+        h[CPU_CORES.schema.name].word.value = 1
+        assert s.wanted and not s.dist_wanted
+        h[CPU_CORES.schema.name].word.value = 0
+        h[CPU_USAGE_DIST].word.value = 1
+        assert s.wanted and s.dist_wanted
     finally:
         s.close()
 
 
-def test_sampler_rereads_the_kept_open_file(tmp_path: Path) -> None:
-    shutil.copy(FIXTURES / "old" / "stat", tmp_path / "stat")
-    h = FakeHandle()
-    s = make_sampler(tmp_path, h)
+def test_sampler_reads_only_wanted_families(tmp_path: Path) -> None:
+    root = case_root(tmp_path, "modern")
+    h = Handles(usage=True, dist=False, cores=False)
+    s = make_sampler(root, h)
+    # Unparseable: reading it would raise, so a passing sample proves it was not read.
+    rewrite(root / "sys" / "devices" / "system" / "cpu" / "online", "garbage\n")
     try:
-        s.collect()
-        # Rewrite in place (same inode, as procfs regenerates its text on every read).
-        with open(tmp_path / "stat", "r+") as f:
-            f.truncate(0)
-            f.write("cpu  1 1 1 1\ncpu5 9 0 0 0\n")
-        s.collect()
+        s.sample(0)
+        s.publish(0)
     finally:
         s.close()
-    decoded = [CPU_USAGE.unpack(p) for p in h.payloads]
+    assert len(h[CPU_USAGE.name].payloads) == 2
+    assert h[CPU_USAGE_DIST].payloads == h[CPU_CORES.schema.name].payloads == []
+
+
+def test_sampler_writes_only_the_dist_event_when_only_it_is_enabled(tmp_path: Path) -> None:
+    h = Handles(usage=False, dist=True, cores=False)
+    s = make_sampler(case_root(tmp_path, "offline"), h)
+    try:
+        s.sample(0)
+        s.publish(0)
+    finally:
+        s.close()
+    assert h[CPU_USAGE.name].payloads == []
+    assert [(r["cpu"], r["metric"]) for r in h.records(CPU_USAGE_DIST)] == [
+        (0, "busy_ppm"), (2, "busy_ppm")]
+
+
+def test_sampler_oversamples_busy_ppm(tmp_path: Path) -> None:
+    root = make_root(tmp_path, "cpu  0 0 0 0\ncpu0 100 0 100 800 0 0 0 0\n", "0\n")
+    h = Handles()
+    s = make_sampler(root, h)
+    tick = host_tick_ns()
+    try:
+        s.sample(0)  # busy since boot: 200 of 1000 ticks
+        rewrite(root / "proc" / "stat", "cpu0 150 0 150 900 0 0 0 0\n")
+        s.sample(100_000_000)  # 100 of 200 ticks busy
+        rewrite(root / "proc" / "stat", "cpu0 250 0 150 900 0 0 0 0\n")
+        s.sample(200_000_000)  # all busy
+        s.publish(200_000_000)
+    finally:
+        s.close()
+    assert h.records(CPU_USAGE.name) == [{
+        "cpu": 0, "user_ns": 250 * tick, "nice_ns": 0, "system_ns": 150 * tick,
+        "idle_ns": 900 * tick, "iowait_ns": 0, "irq_ns": 0, "softirq_ns": 0, "steal_ns": 0,
+        "busy_ppm": 1_000_000}]
+    # Levels 200000, 500000, 1000000: nearest-rank p50 is the 2nd, the rest the 3rd.
+    assert h.records(CPU_USAGE_DIST) == [{"cpu": 0, "metric": "busy_ppm", "value": 1_000_000,
+                                          "p50": 500_000, "p90": 1_000_000,
+                                          "p99": 1_000_000, "max": 1_000_000}]
+    assert h.records(CPU_CORES.schema.name) == [{"online": 1}]
+
+
+def test_sampler_rereads_the_kept_open_files(tmp_path: Path) -> None:
+    root = case_root(tmp_path, "old")
+    h = Handles()
+    s = make_sampler(root, h)
+    try:
+        s.sample(0)
+        s.publish(0)
+        rewrite(root / "proc" / "stat", "cpu  1 1 1 1\ncpu5 9 0 0 0\n")
+        rewrite(root / "sys" / "devices" / "system" / "cpu" / "online", "5\n")
+        s.sample(1_000_000_000)
+        s.publish(1_000_000_000)
+    finally:
+        s.close()
+    decoded = h.records(CPU_USAGE.name)
     assert [d["cpu"] for d in decoded] == [0, 1, 5]
     assert decoded[2]["user_ns"] == 9 * host_tick_ns()
+    # CPUs 0 and 1 went away: the second interval has no _dist record for them.
+    assert [d["cpu"] for d in h.records(CPU_USAGE_DIST)] == [0, 1, 5]
+    assert h.records(CPU_CORES.schema.name) == [{"online": 2}, {"online": 1}]
+
+
+def test_sampler_publishes_nothing_it_did_not_sample(tmp_path: Path) -> None:
+    h = Handles()
+    s = make_sampler(case_root(tmp_path, "modern"), h)
+    try:
+        s.publish(0)
+    finally:
+        s.close()
+    assert not any(handle.payloads for handle in h.values())
 
 
 def test_sampler_without_proc_stat_cannot_start(tmp_path: Path) -> None:
@@ -179,6 +331,24 @@ def test_sampler_without_proc_stat_cannot_start(tmp_path: Path) -> None:
     s = CpuUsage(SamplerContext(Roots(procfs=tmp_path, sysfs=tmp_path), opts))
     with pytest.raises(OSError, match="stat"):
         s.start()
+
+
+def test_sampler_without_sysfs_online_cannot_start(tmp_path: Path) -> None:
+    shutil.copy(FIXTURES / "modern" / "stat", tmp_path / "stat")
+    opts = config.defaults(options()).samplers["cpu_usage"]
+    s = CpuUsage(SamplerContext(Roots(procfs=tmp_path, sysfs=tmp_path / "nosys"), opts))
+    with pytest.raises(OSError, match="online"):
+        s.start()
+
+
+def test_failed_start_leaks_no_fd(tmp_path: Path) -> None:
+    shutil.copy(FIXTURES / "modern" / "stat", tmp_path / "stat")
+    opts = config.defaults(options()).samplers["cpu_usage"]
+    s = CpuUsage(SamplerContext(Roots(procfs=tmp_path, sysfs=tmp_path / "nosys"), opts))
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError):
+        s.start()
+    assert len(os.listdir("/proc/self/fd")) == before
 
 
 # --- the host --------------------------------------------------------------------------

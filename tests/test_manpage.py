@@ -2,8 +2,10 @@
 
 Coverage is checked both ways against the declarations: every subcommand and option of
 ``cli.build_parser()``, every ``[agent]`` and per-sampler option of ``config`` (with its
-default), every event of ``schema.EVENTS`` and every exit status; and the page documents
-nothing that no longer exists. Rendering runs ``man`` and ``groff`` when installed.
+default), every metric family of the catalog (one entry each, naming its ``_dist``
+companion) and so every event of ``schema.EVENTS``, and every exit status; and the page
+documents nothing that no longer exists. Rendering runs ``man`` and ``groff`` when
+installed.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ import tomlkit
 
 from rezolus_ue import __version__
 from rezolus_ue import config as cfg
+from rezolus_ue.agent import RUNTIME_DIR
 from rezolus_ue.cli import PROG, build_parser
 from rezolus_ue.errors import ConfigError, RezolusError
+from rezolus_ue.metrics.catalog import FAMILIES
+from rezolus_ue.metrics.family import DIST
 from rezolus_ue.samplers import REGISTRY
+from rezolus_ue.samplers import options as sampler_options
 from rezolus_ue.schema import EVENTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -215,12 +221,52 @@ def test_every_agent_option_key_appears() -> None:
         assert mentions(page(), opt.key), opt.key
 
 
+def _option_tag(o: cfg.Option) -> str:
+    return f"{o.key} = {toml_value(o.toml_default())}"
+
+
 def test_sampler_options_with_defaults() -> None:
     body = _config_subsection("[samplers.")
     tags = set(tagged_paragraphs(body))
-    assert tags == {f"{o.key} = {toml_value(o.toml_default())}" for o in cfg.SAMPLER_OPTIONS}
+    assert tags == {_option_tag(o) for o in cfg.SAMPLER_OPTIONS}
     for name in REGISTRY:
         assert mentions(body, name), f"sampler {name} not named"
+
+
+def _sampler_subsections() -> dict[str, str]:
+    """Return the bodies of the "[samplers.NAME] options" subsections, by sampler name."""
+    out = {}
+    for title, body in split_by(sections()["CONFIGURATION"], ".SS").items():
+        m = re.fullmatch(r"\[samplers\.(\w+)\] options", title)
+        if m and m.group(1) != "name":  # not the common "[samplers.name] options"
+            out[m.group(1)] = body
+    return out
+
+
+def test_sampler_specific_options_with_defaults() -> None:
+    """Each sampler's own options (beyond the common ones) in a subsection of its own."""
+    subs = _sampler_subsections()
+    common = {o.key for o in cfg.SAMPLER_OPTIONS}
+    want = {name: {_option_tag(o) for o in opts if o.key not in common}
+            for name, opts in sampler_options().items()}
+    want = {name: tags for name, tags in want.items() if tags}
+    assert set(subs) - set(REGISTRY) == set(), "options documented for unregistered samplers"
+    assert {name: set(tagged_paragraphs(body)) for name, body in subs.items()} == want
+
+
+def test_every_catalog_sampler_is_named() -> None:
+    body = _config_subsection("[samplers.")
+    for name in {f.sampler for f in FAMILIES}:
+        assert mentions(body, name), f"sampler {name} not named"
+
+
+def test_sample_interval_is_explained() -> None:
+    desc = sections()["DESCRIPTION"]
+    for word in ("_dist", "sample_interval", "publish_interval"):
+        assert mentions(desc, word), word
+    tags = tagged_paragraphs(_config_subsection("[agent]"))
+    sample = next(body for tag, body in tags.items() if tag.startswith("sample_interval"))
+    assert mentions(sample, "publish_interval") and mentions(sample, "--sample-interval")
 
 
 def test_config_lookup_is_documented() -> None:
@@ -232,13 +278,38 @@ def test_config_lookup_is_documented() -> None:
 
 # --- events and exit status --------------------------------------------------------------
 
-def test_events_section_lists_every_event() -> None:
+def test_events_section_has_one_entry_per_family() -> None:
     paras = tagged_paragraphs(sections()["EVENTS"])
-    assert set(paras) == {e.name for e in EVENTS}
-    for e in EVENTS:
-        assert mentions(paras[e.name], e.sampler), f"{e.name}: sampler {e.sampler}"
-    assert "docs/events.md" in sections()["EVENTS"]
-    assert "/format" in sections()["EVENTS"]
+    assert set(paras) == {f.event for f in FAMILIES}
+    for f in FAMILIES:
+        body = paras[f.event]
+        assert mentions(body, f.sampler), f"{f.event}: sampler {f.sampler}"
+        if f.dist_schema is None:
+            assert not mentions(body, f.event + "_dist"), f"{f.event} has no _dist event"
+        else:
+            assert mentions(body, f.dist_schema.name), f"{f.event}: {f.dist_schema.name}"
+
+
+def test_events_section_names_every_event() -> None:
+    body = sections()["EVENTS"]
+    missing = [e.name for e in EVENTS if not mentions(body, e.name)]
+    assert not missing
+    assert "docs/events.md" in body
+    assert "/format" in body
+
+
+def test_events_section_explains_the_dist_fields() -> None:
+    body = sections()["EVENTS"]
+    for field in ("metric", "value", *(suffix for suffix, _ in DIST)):
+        assert mentions(body, field), field
+
+
+def test_runtime_files_are_documented() -> None:
+    files = tagged_paragraphs(sections()["FILES"])
+    for name in ("agent.lock", "status.json"):
+        assert str(RUNTIME_DIR / name) in files or any(
+            t.endswith("/" + name) for t in files), name
+    assert "REZOLUS_UE_RUNTIME_DIR" in tagged_paragraphs(sections()["ENVIRONMENT"])
 
 
 def test_exit_statuses() -> None:

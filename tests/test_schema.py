@@ -1,7 +1,9 @@
 """Pure tests of the event schemas: name_args, packing, rel_loc layout and validation.
 
-Expected bytes are built by hand from the wire rules in the module docstring (and the
-kernel's ``include/linux/trace_events.h`` ``__rel_loc`` convention), not with the packer.
+Expected bytes are built by hand from the wire rules in the ``rezolus_ue.encoding``
+docstring (and the kernel's ``include/linux/trace_events.h`` ``__rel_loc`` convention), not
+with the packer. ``rezolus_ue.schema`` re-exports the encoding vocabulary and derives the
+declared events from the metric catalog.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import sys
 
 import pytest
 
+from rezolus_ue import encoding
 from rezolus_ue import schema as S
+from rezolus_ue.metrics import catalog
 from rezolus_ue.samplers import REGISTRY
 
 
@@ -54,8 +58,32 @@ def test_name_args(fields: tuple[S.Field, ...], expected: str) -> None:
 def test_cpu_usage_name_args() -> None:
     assert S.CPU_USAGE.name_args == (
         "rezolus_cpu_usage u32 cpu; u64 user_ns; u64 nice_ns; u64 system_ns; u64 idle_ns;"
-        " u64 iowait_ns; u64 irq_ns; u64 softirq_ns; u64 steal_ns"
+        " u64 iowait_ns; u64 irq_ns; u64 softirq_ns; u64 steal_ns; u64 busy_ppm"
     )
+
+
+def test_cpu_usage_dist_name_args() -> None:
+    assert S.by_name()["rezolus_cpu_usage_dist"].name_args == (
+        "rezolus_cpu_usage_dist u32 cpu; char[24] metric; u64 value; u64 p50; u64 p90;"
+        " u64 p99; u64 max"
+    )
+
+
+def test_agent_fields_are_u64() -> None:
+    assert S.AGENT.field_names == (
+        "pid", "uptime_ns", "cpu_user_ns", "cpu_system_ns", "rss_bytes", "fds", "threads",
+        "events_written", "ebadf_races", "write_errors", "sampler_errors", "samplers_active",
+        "samplers_unavailable")
+    assert all(fd.type == S.U64 for fd in S.AGENT.fields)
+
+
+def test_schema_reexports_the_encoding_and_derives_from_the_catalog() -> None:
+    for name in ("EventSchema", "Field", "FieldType", "MAX_PAYLOAD", "NAME_RE", "U32", "U64",
+                 "REL_STR", "REL_BYTES", "char_array"):
+        assert getattr(S, name) is getattr(encoding, name), name
+    assert tuple(s for f in catalog.FAMILIES for s in f.schemas) == S.EVENTS
+    assert S.CPU_USAGE is catalog.CPU_USAGE.schema
+    assert S.AGENT is catalog.AGENT.schema
 
 
 # --- fixed-size fields -----------------------------------------------------------------
@@ -256,15 +284,46 @@ def test_dynamic_field_needs_max_len(ftype: S.FieldType) -> None:
         event(f("d", ftype))
 
 
+def wide_fields(extra: int) -> list[S.Field]:
+    """Return few fields (a short registration string) of MAX_PAYLOAD + extra bytes."""
+    n, rest = divmod(S.MAX_PAYLOAD, 256)  # 15 x char[256] + char[192]
+    return [*(f(f"c{i}", S.char_array(256)) for i in range(n)),
+            f("rest", S.char_array(rest)), *(f(f"x{i}", S.U8) for i in range(extra))]
+
+
 def test_fixed_fields_over_max_payload() -> None:
-    n = S.MAX_PAYLOAD // 8 + 1
     with pytest.raises(ValueError, match="split it"):
-        event(*(f(f"v{i}", S.U64) for i in range(n)))
+        event(*wide_fields(1))
 
 
 def test_fixed_fields_at_max_payload_accepted() -> None:
-    ev = event(*(f(f"v{i}", S.U64) for i in range(S.MAX_PAYLOAD // 8)))
-    assert ev.max_payload == S.MAX_PAYLOAD
+    ev = event(*wide_fields(0))
+    assert ev.max_payload == ev.fixed_size == S.MAX_PAYLOAD
+
+
+# --- registration string limit ---------------------------------------------------------
+
+
+def test_max_name_args_is_the_kernels() -> None:
+    # MAX_EVENT_DESC in kernel/trace/trace_events_user.c is 512, NUL included.
+    assert encoding.MAX_NAME_ARGS == 511
+
+
+def test_name_args_at_the_limit_accepted() -> None:
+    ev = event(f("a" * (511 - len("rezolus_test u8 ")), S.U8))
+    assert len(ev.name_args.encode()) == encoding.MAX_NAME_ARGS
+
+
+def test_name_args_over_the_limit_rejected() -> None:
+    with pytest.raises(ValueError, match="registration string of 512 bytes exceeds the"
+                       " kernel's 511"):
+        event(f("a" * (512 - len("rezolus_test u8 ")), S.U8))
+
+
+def test_many_small_fields_hit_the_name_limit_before_the_payload_limit() -> None:
+    # 60 u64 fields are only 480 bytes of payload, but their declarations are too long.
+    with pytest.raises(ValueError, match="registration string"):
+        event(*(f(f"value_{i:02d}", S.U64) for i in range(60)))
 
 
 def test_dynamic_max_len_over_max_payload() -> None:
@@ -291,6 +350,7 @@ def test_declared_event(ev: S.EventSchema) -> None:
     assert S.NAME_RE.fullmatch(ev.name)
     assert "\n" not in ev.name
     assert ev.max_payload <= S.MAX_PAYLOAD
+    assert len(ev.name_args.encode()) <= encoding.MAX_NAME_ARGS
     assert ev.description and ev.cadence
     assert all(fd.description for fd in ev.fields)
     assert ev.field_names == tuple(fd.name for fd in ev.fields)
@@ -299,8 +359,26 @@ def test_declared_event(ev: S.EventSchema) -> None:
 
 @pytest.mark.parametrize("ev", S.EVENTS, ids=lambda e: e.name)
 def test_declared_event_is_published_by_its_sampler(ev: S.EventSchema) -> None:
-    assert ev.sampler in REGISTRY
-    assert ev in REGISTRY[ev.sampler].events
+    assert ev.sampler in REGISTRY, f"{ev.name}: sampler {ev.sampler!r} is not registered"
+    assert ev in REGISTRY[ev.sampler].events()
+
+
+@pytest.mark.parametrize("family", catalog.FAMILIES, ids=lambda f: f.event)
+def test_declared_family_belongs_to_its_sampler(family: catalog.Family) -> None:
+    cls = REGISTRY.get(family.sampler)
+    assert cls is not None, f"{family.event}: sampler {family.sampler!r} is not registered"
+    assert family in cls.families
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_registered_sampler_publishes_only_declared_events(name: str) -> None:
+    cls = REGISTRY[name]
+    assert cls.name == name
+    assert cls.families, f"{name} declares no families"
+    for family in cls.families:
+        assert family in catalog.FAMILIES, f"{name}: {family.event} is not in the catalog"
+        assert family.sampler == name
+    assert set(cls.events()) <= set(S.EVENTS)
 
 
 def test_declared_event_names_unique() -> None:

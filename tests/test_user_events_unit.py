@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from rezolus_ue import user_events as ue
+from rezolus_ue.encoding import MAX_NAME_ARGS, EventSchema
 from rezolus_ue.errors import KernelFeatureMissing, RezolusError
+from rezolus_ue.schema import EVENTS
 
 pytestmark = pytest.mark.skipif(ctypes.sizeof(ctypes.c_void_p) != 8,
                                 reason="expected ioctl numbers are for 64-bit userspace")
@@ -115,6 +117,33 @@ def test_enable_words_spill_to_a_new_page() -> None:
     assert {page for (page, _), _ in slots} == {0, 1}
     pages = {addr // mmap.PAGESIZE for addr in addrs}
     assert len(pages) == 2
+
+
+def test_registration_exposes_its_enable_word() -> None:
+    """Samplers read ``handle.word.value`` directly: it must be the registered word."""
+    words = ue.EnableWords()
+    slot, word = words.allocate()
+    reg = ue.Registration(None, "rezolus_x", "rezolus_x u32 a", 3, slot, word, 0)  # type: ignore[arg-type]
+    assert isinstance(reg.word, ctypes.c_uint32)
+    assert reg.address == ctypes.addressof(word)
+    assert not reg.enabled and reg.word.value == 0
+    ctypes.c_uint32.from_address(reg.address).value = 1 << ue.ENABLE_BIT
+    assert reg.enabled and reg.word.value != 0
+
+
+# --- registration strings --------------------------------------------------------------
+
+#: MAX_EVENT_DESC in kernel/trace/trace_events_user.c: the registration buffer, NUL included.
+MAX_EVENT_DESC = 512
+
+
+def test_name_args_limit_matches_the_kernel() -> None:
+    assert MAX_NAME_ARGS + 1 == MAX_EVENT_DESC
+
+
+@pytest.mark.parametrize("event", EVENTS, ids=lambda e: e.name)
+def test_every_event_fits_the_registration_buffer(event: EventSchema) -> None:
+    assert len(event.name_args.encode()) + 1 <= MAX_EVENT_DESC
 
 
 # --- missing kernel feature ------------------------------------------------------------

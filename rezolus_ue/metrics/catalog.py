@@ -51,7 +51,7 @@ SOFTIRQ_KINDS = ("hi", "timer", "net_tx", "net_rx", "block", "irq_poll", "taskle
 
 CPU_SOFTIRQ = Family(
     "rezolus_cpu_softirq", "cpu_softirq",
-    "Softirqs raised per CPU, by kind (/proc/softirqs).",
+    "Softirqs handled per CPU, by kind (/proc/softirqs).",
     (CPU,),
     tuple(counter(k, "softirqs", f"{k.upper()} softirqs") for k in SOFTIRQ_KINDS),
 )
@@ -115,8 +115,10 @@ MEMORY_VMSTAT = Family(
     (
         counter("page_faults", "faults", "page faults (pgfault)"),
         counter("major_page_faults", "faults", "faults that needed IO (pgmajfault)"),
-        counter("pages_scanned", "pages", "pages scanned for reclaim (pgscan_*)"),
-        counter("pages_stolen", "pages", "pages reclaimed (pgsteal_*)"),
+        counter("pages_scanned", "pages", "pages scanned for reclaim (pgscan_kswapd, _direct,"
+                " _khugepaged, _proactive; not the anon/file split)"),
+        counter("pages_stolen", "pages", "pages reclaimed (pgsteal_kswapd, _direct,"
+                " _khugepaged, _proactive)"),
         counter("numa_hit", "pages", "allocations on the intended node"),
         counter("numa_miss", "pages", "allocations on another node than intended"),
         counter("numa_foreign", "pages", "allocations intended here, placed elsewhere"),
@@ -197,7 +199,7 @@ TCP = Family(
 
 UDP = Family(
     "rezolus_udp", "network_protocol",
-    "UDP protocol counters (/proc/net/snmp).",
+    "UDP protocol counters over IPv4 (/proc/net/snmp; IPv6 UDP is not included).",
     (),
     (
         counter("in_datagrams", "datagrams", "datagrams delivered"),

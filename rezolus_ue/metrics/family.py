@@ -95,7 +95,7 @@ def histogram(name: str, unit: str, description: str) -> Metric:
     return Metric(name, Kind.HISTOGRAM, unit, description, dist=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity hash: families are singletons, used as keys
 class Family:
     """One event's worth of metrics, published by one sampler."""
 
@@ -209,60 +209,103 @@ class Oversampler:
     gauge levels, in the family's scalar order). ``publish`` returns the interval's records
     for the family's event and for its ``_dist`` event, and starts the next interval.
     Counter rates come from consecutive samples; a counter that went down was reset and
-    gives no rate for that step.
+    gives no rate for that step. ``add`` only stores the sample (it runs up to ten times
+    per interval); all arithmetic happens in ``publish``, vectorised over samples, label
+    sets and metrics at once.
     """
 
     def __init__(self, family: Family) -> None:
         self.family = family
         scalars = family.scalars
-        self._is_counter = np.array([m.kind is Kind.COUNTER for m in scalars], dtype=bool)
-        self._dist = [(j, m.name.encode()) for j, m in enumerate(scalars) if m.dist]
-        self._prev: dict[tuple, tuple[int, np.ndarray]] = {}
-        self._samples: dict[tuple, list[np.ndarray]] = {}
-        self._last: dict[tuple, Sequence[int]] = {}
+        self._cols = np.array([j for j, m in enumerate(scalars) if m.dist], dtype=np.intp)
+        self._counter = np.array([scalars[j].kind is Kind.COUNTER for j in self._cols],
+                                 dtype=bool)
+        self._names = [scalars[j].name.encode() for j in self._cols]
+        #: (t_ns, rows) of each sample since the last publish, after the carried-over one.
+        self._samples: list[tuple[int, Mapping[tuple, Sequence[int]]]] = []
+        #: The last sample of the previous interval: the base of the first rate.
+        self._base: tuple[int, Mapping[tuple, Sequence[int]]] | None = None
+        #: The last add() kept values only (nobody consumed the _dist event).
+        self._plain = False
 
-    def add(self, t_ns: int, rows: Mapping[tuple, Sequence[int]]) -> None:
-        """Record one sample taken at monotonic time ``t_ns``."""
-        for key, values in rows.items():
-            v = np.asarray(values, dtype=np.float64)
-            if self._dist:
-                prev = self._prev.get(key)
-                if prev is not None and t_ns > prev[0]:
-                    d = v - prev[1]
-                    rate = np.where(d >= 0, d * (1e9 / (t_ns - prev[0])), np.nan)
-                    self._samples.setdefault(key, []).append(
-                        np.where(self._is_counter, rate, v))
-                elif not self._is_counter.all():
-                    # First sight: gauges have a level already, counters no rate yet.
-                    self._samples.setdefault(key, []).append(
-                        np.where(self._is_counter, np.nan, v))
-                self._prev[key] = (t_ns, v)
-        # Labels that vanished (a device removed) are forgotten.
-        for gone in self._last.keys() - rows.keys():
-            self._prev.pop(gone, None)
-            self._samples.pop(gone, None)
-        self._last = dict(rows)
+    @property
+    def last(self) -> Mapping[tuple, Sequence[int]]:
+        """Return the rows of the latest sample of this interval ({} if none)."""
+        return self._samples[-1][1] if self._samples else {}
+
+    def add(self, t_ns: int, rows: Mapping[tuple, Sequence[int]], dist: bool = True) -> None:
+        """Record one sample taken at monotonic time ``t_ns``.
+
+        ``dist=False`` (nobody consumes the _dist event) keeps only the latest values.
+        """
+        if not dist or not len(self._cols):
+            self._samples = [(t_ns, rows)]
+            self._base = None
+            self._plain = True
+            return
+        if self._plain:  # the _dist event was just enabled: start its series afresh
+            self._samples = []
+            self._plain = False
+        self._samples.append((t_ns, rows))
 
     def publish(self) -> tuple[list[tuple], list[tuple]]:
         """Return (records of the family's event, records of its _dist event)."""
-        records = [(*key, *(int(v) for v in values)) for key, values in self._last.items()]
+        if not self._samples:
+            return [], []
+        t_last, last = self._samples[-1]
+        records = [(*key, *(int(v) for v in values)) for key, values in last.items()]
         dist: list[tuple] = []
-        for key, values in self._last.items():
-            samples = self._samples.get(key)
-            if samples:
-                arr = np.sort(np.vstack(samples), axis=0)  # NaN (no rate) sorts last
-                valid = np.sum(~np.isnan(arr), axis=0)
-            for j, name in self._dist:
-                n = int(valid[j]) if samples else 0
+        keys = tuple(last)
+        if len(self._cols) and keys:
+            dist = self._summarise(keys, last)
+        self._base = None if self._plain else (t_last, last)
+        self._samples = []
+        return records, dist
+
+    def _summarise(self, keys: tuple, last: Mapping[tuple, Sequence[int]]) -> list[tuple]:
+        series = ([self._base] if self._base is not None else []) + self._samples
+        nan_row = [np.nan] * len(self.family.scalars)
+        # (samples, keys, metrics) of the oversampled columns; NaN where a key was absent.
+        v = np.array([[rows.get(k, nan_row) for k in keys] for _t, rows in series],
+                     dtype=np.float64)[:, :, self._cols]
+        t = np.array([t for t, _rows in series], dtype=np.float64)
+        # Gauges: this interval's levels. Counters: rates between consecutive samples,
+        # from the previous interval's last one on. Both padded with NaN to one length.
+        levels = v[1:] if self._base is not None else v
+        values = np.full(levels.shape, np.nan)
+        values[:, :, ~self._counter] = levels[:, :, ~self._counter]
+        if len(series) > 1:
+            with np.errstate(invalid="ignore"):
+                d = np.diff(v, axis=0)[:, :, self._counter]
+                rate = d * (1e9 / np.diff(t))[:, None, None]
+                rate[d < 0] = np.nan  # a counter went back: reset, no rate for that step
+            values[len(values) - len(rate):, :, self._counter] = rate
+        arr = np.sort(values, axis=0)  # NaN sorts last
+        valid = np.sum(~np.isnan(arr), axis=0)
+        out = []
+        for i, key in enumerate(keys):
+            row = last[key]
+            for c, j in enumerate(self._cols):
+                n = int(valid[i, c])
                 if n:
-                    col = arr[:n, j]
+                    col = arr[:, i, c]
                     qs = [max(0, round(float(col[max(0, math.ceil(q * n) - 1)])))
                           for _s, q in DIST]
                 else:
                     qs = [0] * len(DIST)
-                dist.append((*key, name, int(values[j]), *qs))
-        self._samples = {}
-        return records, dist
+                out.append((*key, self._names[c], int(row[j]), *qs))
+        return out
+
+
+def _align(keys: tuple, arr: np.ndarray, want: tuple) -> np.ndarray:
+    """Return ``arr``'s rows reordered to ``want`` (NaN for keys it lacks)."""
+    index = {k: i for i, k in enumerate(keys)}
+    out = np.full((len(want), arr.shape[1]), np.nan)
+    for i, k in enumerate(want):
+        j = index.get(k)
+        if j is not None:
+            out[i] = arr[j]
+    return out
 
 
 def histogram_records(schema: EventSchema, labels: tuple, scalars: Sequence[int],

@@ -6,10 +6,29 @@ from __future__ import annotations
 from ..config import Option, sampler_options
 from .agent import AgentSelf
 from .base import Roots, Sampler, SamplerContext
+from .blockio import BlockIO
+from .cgroup import Cgroups
+from .cpu.frequency import CpuFrequency
+from .cpu.softirq import CpuSoftirq
 from .cpu.usage import CpuUsage
+from .memory import Memory
+from .network.interfaces import NetworkInterfaces
+from .network.protocol import NetworkProtocol
+from .perf import PerfHardware, PerfSoftware
+from .scheduler import Scheduler
 
 REGISTRY: dict[str, type[Sampler]] = {
     CpuUsage.name: CpuUsage,
+    CpuSoftirq.name: CpuSoftirq,
+    CpuFrequency.name: CpuFrequency,
+    Scheduler.name: Scheduler,
+    Memory.name: Memory,
+    BlockIO.name: BlockIO,
+    NetworkInterfaces.name: NetworkInterfaces,
+    NetworkProtocol.name: NetworkProtocol,
+    PerfSoftware.name: PerfSoftware,
+    PerfHardware.name: PerfHardware,
+    Cgroups.name: Cgroups,
     AgentSelf.name: AgentSelf,
 }
 

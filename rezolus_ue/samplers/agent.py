@@ -44,13 +44,17 @@ class AgentSelf(Sampler):
                 s["sampler_errors"], s["samplers_active"], s["samplers_unavailable"],
             ))
         h = self.handles[AGENT_SAMPLER.schema.name]
-        if h.word.value:
-            schema = AGENT_SAMPLER.schema
-            for st in self.ctx.sampler_states():
-                counts, _reset = st.cost_us.interval()  # type: ignore[attr-defined]
-                scalars = (STATUS_CODES[st.status], st.refreshes, st.errors)  # type: ignore[attr-defined]
-                for rec in histogram_records(schema, (st.name,), scalars, counts):  # type: ignore[attr-defined]
-                    h.write(schema.pack(*rec))
+        schema = AGENT_SAMPLER.schema
+        enabled = bool(h.word.value)
+        for st in self.ctx.sampler_states():
+            # Close every interval even when unwatched, so the first record after a
+            # consumer arrives covers one interval, not the agent's whole life.
+            counts, _reset = st.cost_us.interval()  # type: ignore[attr-defined]
+            if not enabled:
+                continue
+            scalars = (STATUS_CODES[st.status], st.refreshes, st.errors)  # type: ignore[attr-defined]
+            for rec in histogram_records(schema, (st.name,), scalars, counts):  # type: ignore[attr-defined]
+                h.write(schema.pack(*rec))
 
     def close(self) -> None:
         self._statm.close()

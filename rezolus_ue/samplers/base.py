@@ -130,7 +130,9 @@ class FamilySampler(Sampler):
 
     def sample(self, t_ns: int) -> None:
         for fam, rows in self.read().items():
-            self._over[fam].add(t_ns, rows)
+            dist = fam.dist_schema is not None and fam.dist_schema.name in self.handles \
+                and bool(self.handles[fam.dist_schema.name].word.value)
+            self._over[fam].add(t_ns, rows, dist)
             self._fresh.add(fam)
 
     def publish(self, t_ns: int) -> None:

@@ -133,9 +133,18 @@ def test_perf_record_and_script_show_cpu_usage(tracefs, agent, tmp_path):
     assert sorted(by_cpu) == list(range(os.cpu_count() or 1))
     for rows in by_cpu.values():
         assert len(rows) >= 2
-        total = [sum(v for k, v in r.items() if k != "cpu") for r in rows]
+        total = [sum(v for k, v in r.items() if k.endswith("_ns")) for r in rows]
         assert total == sorted(total) and total[-1] > total[0]  # cumulative, advancing
-    assert _lines(script.stdout, f"user_events:{AGENT.name}")
+        assert all(0 <= r["busy_ppm"] <= 1_000_000 for r in rows)
+    # Every event the agent registered was recorded (perf enabled them all at once).
+    registered = [e for e in tracefs.user_events_status().events if e.startswith("rezolus_")]
+    missing = [e for e in registered if not _lines(script.stdout, f"user_events:{e}")]
+    assert not missing, f"no records of {missing}"
+    # Percentiles are ordered in every distribution and histogram record.
+    for line in script.stdout.splitlines():
+        if "_dist:" in line or "rezolus_agent_sampler:" in line:
+            qs = [_field(line, q) for q in ("p50", "p90", "p99", "max")]
+            assert qs == sorted(qs), line
     # perf's consumer has left: nothing enabled any more.
     assert not tracefs.user_events_status().events[CPU_USAGE.name].consumers
 

@@ -25,7 +25,8 @@ _IDLE, _IOWAIT = 3, 4
 def parse_proc_stat_cpus(text: str, tick_ns: int) -> list[tuple[int, ...]]:
     """Return (cpu, user_ns, ..., steal_ns) per ``cpuN`` line of /proc/stat text."""
     rows = []
-    for line in text.splitlines():
+    # The cpuN lines come first; stop before the long "intr" line rather than split it.
+    for line in text.split("\nintr", 1)[0].splitlines():
         if not line.startswith("cpu") or line.startswith("cpu "):
             continue
         parts = line.split()
@@ -61,7 +62,11 @@ class CpuUsage(FamilySampler):
 
     def start(self) -> None:
         self._stat = KeptOpen(self.ctx.roots.procfs / "stat")
-        self._online = KeptOpen(self.ctx.roots.sysfs / "devices/system/cpu/online")
+        try:
+            self._online = KeptOpen(self.ctx.roots.sysfs / "devices/system/cpu/online")
+        except BaseException:
+            self._stat.close()  # the agent does not close() a sampler that failed to start
+            raise
         self._tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
         self._prev: dict[int, tuple[int, ...]] = {}
 

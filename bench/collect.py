@@ -1,0 +1,212 @@
+"""Cost of collecting: each sampler's refresh, the agent's CPU share, and node_exporter.
+
+    python bench/collect.py [--seconds 20] [--no-node-exporter]
+
+Runs on this host's real /proc and /sys. user_events is not needed: every sampler runs
+as in the agent, with every event "enabled" and each record written with ``writev`` to
+/dev/null (what a user_events write costs is measured by bench/publish.py). Prints figures;
+asserts nothing. Targets (issue 3): agent CPU <= 1% of one core with all samplers active at
+100 ms sampling / 1 s publishing; <= 0.5x the CPU of prometheus-node-exporter serving the
+same collectors (cpu, meminfo, diskstats, netdev) scraped at the same rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rezolus_ue import config  # noqa: E402
+from rezolus_ue.agent import Agent, SamplerState  # noqa: E402
+from rezolus_ue.errors import RezolusError, SamplerUnavailable  # noqa: E402
+from rezolus_ue.samplers import REGISTRY, Roots, SamplerContext, options  # noqa: E402
+
+#: Our samplers that do what node_exporter's cpu, meminfo, diskstats and netdev do.
+NODE_EQUIVALENT = ("cpu_usage", "memory", "blockio", "network")
+NODE_COLLECTORS = ("cpu", "meminfo", "diskstats", "netdev")
+
+
+class NullHandle:
+    """An always-enabled event whose records go to /dev/null."""
+
+    _null = os.open(os.devnull, os.O_WRONLY)
+    _head = b"\0\0\0\0"
+
+    def __init__(self) -> None:
+        self.word = ctypes.c_uint32(1)
+        self.written = 0
+
+    @property
+    def enabled(self) -> bool:
+        return True
+
+    def write(self, payload: bytes) -> bool:
+        os.writev(self._null, (self._head, payload))
+        self.written += 1
+        return True
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """Return the CPU seconds of a process (this one by default), to the nanosecond.
+
+    /proc/<pid>/schedstat's first field is time on CPU in ns (all threads); the tick-based
+    utime/stime of /proc/<pid>/stat are too coarse for a 1% share over a few seconds.
+    """
+    if pid is None:
+        return time.process_time()
+    try:  # every thread: node_exporter is a Go program with many
+        return sum(int((t / "schedstat").read_text().split()[0])
+                   for t in Path(f"/proc/{pid}/task").iterdir()) / 1e9
+    except OSError:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def build_agent(names: tuple[str, ...] | None,
+                dist: bool = True) -> tuple[Agent, dict[str, str]]:
+    """Return an agent with every available sampler bound to null handles.
+
+    ``dist=False`` leaves the *_dist events disabled (what node_exporter offers has no
+    distributions, so the comparison with it enables only the plain events).
+    """
+    conf = config.defaults(options())
+    agent = Agent(conf, Path("/nonexistent"))
+    skipped = {}
+    for name, cls in REGISTRY.items():
+        if names is not None and name not in names:
+            continue
+        ctx = SamplerContext(Roots(), conf.samplers[name], agent.stats,
+                             lambda: list(agent.states.values()))
+        s = cls(ctx)
+        try:
+            s.start()
+        except (SamplerUnavailable, RezolusError, OSError) as e:
+            skipped[name] = e.reason if isinstance(e, SamplerUnavailable) else str(e)
+            continue
+        handles = {e.name: NullHandle() for e in cls.events()}
+        if not dist:
+            for name_, h in handles.items():
+                if name_.endswith("_dist"):
+                    h.word.value = 0
+        s.bind(handles)  # type: ignore[arg-type]
+        agent.states[name] = SamplerState(name, s, "idle")
+    return agent, skipped
+
+
+def refresh_costs(agent: Agent, n: int = 100) -> dict[str, tuple[float, float]]:
+    """Return per sampler the median µs of one sample() and of one publish()."""
+    out = {}
+    for name, st in agent.states.items():
+        s = st.sampler
+        assert s is not None
+        samples, pubs = [], []
+        for i in range(n):
+            t0 = time.perf_counter_ns()
+            s.sample(time.monotonic_ns())
+            samples.append((time.perf_counter_ns() - t0) / 1000)
+            if i % 10 == 9:
+                t0 = time.perf_counter_ns()
+                s.publish(time.monotonic_ns())
+                pubs.append((time.perf_counter_ns() - t0) / 1000)
+            time.sleep(0.001)
+        out[name] = (statistics.median(samples), statistics.median(pubs))
+    return out
+
+
+def run_loop(agent: Agent, seconds: float, sample_s: float, publish_s: float) -> float:
+    """Run the agent's tick schedule for ``seconds``; return its CPU share (% of a core)."""
+    c0, t0 = cpu_seconds(), time.monotonic()
+    next_pub = time.monotonic()
+    end = t0 + seconds
+    while time.monotonic() < end:
+        now = time.monotonic()
+        publishing = now >= next_pub
+        agent.tick(time.monotonic_ns(), publishing)
+        if publishing:
+            next_pub += publish_s
+        wake = min(next_pub, now + sample_s)
+        time.sleep(max(0.0, wake - time.monotonic()))
+    return 100 * (cpu_seconds() - c0) / (time.monotonic() - t0)
+
+
+def node_exporter(seconds: float, every: float) -> float | str:
+    """Return node_exporter's CPU share (% of a core) scraped every ``every`` s."""
+    exe = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    if exe is None:
+        return "not installed (Debian: apt-get install prometheus-node-exporter)"
+    addr = "127.0.0.1:9799"
+    args = [exe, f"--web.listen-address={addr}", "--collector.disable-defaults",
+            *(f"--collector.{c}" for c in NODE_COLLECTORS)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://{addr}/metrics"
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(url, timeout=2).read()
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            return "did not start"
+        c0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        next_at = t0
+        while time.monotonic() < t0 + seconds:
+            urllib.request.urlopen(url, timeout=5).read()
+            next_at += every
+            time.sleep(max(0.0, next_at - time.monotonic()))
+        return 100 * (cpu_seconds(proc.pid) - c0) / (time.monotonic() - t0)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=20.0, help="length of each timed run")
+    ap.add_argument("--no-node-exporter", action="store_true", help="skip the comparison")
+    args = ap.parse_args()
+    print(f"# collect cost  ({platform.node()}, Linux {platform.release()},"
+          f" {os.cpu_count()} CPUs, Python {platform.python_version()})")
+
+    agent, skipped = build_agent(None)
+    for name, why in skipped.items():
+        print(f"{name:18s} unavailable: {why}")
+    print(f"{'sampler':18s} {'sample µs':>10s} {'publish µs':>11s}   (median)")
+    for name, (s_us, p_us) in refresh_costs(agent).items():
+        print(f"{name:18s} {s_us:10.1f} {p_us:11.1f}")
+
+    share = run_loop(agent, args.seconds, 0.1, 1.0)
+    print(f"agent CPU, all samplers, 100 ms sampling / 1 s publishing: {share:.3f} % of a core"
+          "   (target <= 1%)")
+    share1 = run_loop(agent, args.seconds, 1.0, 1.0)
+    print(f"agent CPU, all samplers, 1 s publishing, no oversampling:   {share1:.3f} % of a"
+          " core")
+    if args.no_node_exporter:
+        return 0
+    same, _ = build_agent(NODE_EQUIVALENT, dist=False)
+    ours = run_loop(same, args.seconds, 1.0, 1.0)
+    theirs = node_exporter(args.seconds, 1.0)
+    print(f"ours ({', '.join(NODE_EQUIVALENT)}) at 1 s:        {ours:.3f} % of a core")
+    if isinstance(theirs, str):
+        print(f"node_exporter: skipped: {theirs}")
+        return 0
+    print(f"node_exporter ({', '.join(NODE_COLLECTORS)}) scraped at 1 s: {theirs:.3f} % of a"
+          " core")
+    print(f"ratio ours / node_exporter: {ours / theirs:.2f}x   (target <= 0.5x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Network samplers: per interface traffic (interfaces.py), TCP/UDP counters (protocol.py)."""

@@ -1,0 +1,130 @@
+"""System-wide scheduler activity, and per-CPU run and run-queue wait time.
+
+Sources:
+
+* ``/proc/stat`` lines ``ctxt`` (context switches since boot), ``processes`` (forks since
+  boot), ``procs_running`` and ``procs_blocked`` (Linux >= 2.5.45; older kernels read 0).
+  A missing ``/proc/stat`` makes the sampler unavailable.
+* ``/proc/schedstat`` (``CONFIG_SCHEDSTATS``): ``version N``, ``timestamp``, then per
+  online CPU ``cpuN`` with 9 numbers, each followed by its ``domainN`` lines (ignored).
+  Per Documentation/scheduler/sched-stats.rst the 7th, 8th and 9th numbers are the time
+  tasks spent running on the CPU (ns), the time runnable tasks waited on its run queue
+  (ns) and the timeslices run. These positions are the same in versions 15, 16 and 17
+  (16 and 17 changed only domain lines); numbers after the 9th (out-of-tree patches add
+  some) are ignored. A newer version is read the same way, with a note in ``detail``;
+  version 14 and older (12 numbers, the three yld_*_empty counters first) is not read.
+  Without the file (``CONFIG_SCHEDSTATS`` off) or with an unsupported version,
+  ``rezolus_scheduler_cpu`` is not published and ``detail`` says why.
+
+Events: ``rezolus_scheduler`` (+ ``_dist``), ``rezolus_scheduler_cpu`` (+ ``_dist``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ..errors import RezolusError, SamplerUnavailable
+from ..metrics.catalog import SCHEDULER, SCHEDULER_CPU
+from ..metrics.family import Family
+from ..procfs import KeptOpen
+from .base import FamilySampler
+
+#: /proc/stat keys, in SCHEDULER's scalar order.
+_STAT_KEYS = {b"ctxt": 0, b"processes": 1, b"procs_running": 2, b"procs_blocked": 3}
+#: schedstat versions whose cpu lines we know, and the newest of them.
+KNOWN_VERSIONS = (15, 16, 17)
+#: Positions of running_ns, waiting_ns, timeslices among the split words of a cpu line
+#: (word 0 is ``cpuN``): the 7th, 8th and 9th numbers.
+_RUN, _WAIT, _SLICES = 7, 8, 9
+
+
+def parse_stat_scheduler(data: bytes) -> tuple[int, int, int, int]:
+    """Return (context_switches, forks, procs_running, procs_blocked) of /proc/stat."""
+    out = [0, 0, 0, 0]
+    # These lines follow the cpuN lines and the long intr line: start after intr.
+    at = data.find(b"\nintr ")
+    start = data.find(b"\n", at + 1) + 1 if at >= 0 else 0
+    for line in data[start:].split(b"\n"):
+        key, _, value = line.partition(b" ")
+        j = _STAT_KEYS.get(key)
+        if j is not None:
+            try:
+                out[j] = int(value)
+            except ValueError:
+                continue
+    return out[0], out[1], out[2], out[3]
+
+
+def parse_schedstat_version(data: bytes) -> int:
+    """Return the format version on the first line of /proc/schedstat (0 if none)."""
+    key, _, value = data.partition(b"\n")[0].partition(b" ")
+    return int(value) if key == b"version" and value.strip().isdigit() else 0
+
+
+def parse_schedstat(data: bytes) -> list[tuple[int, int, int, int]]:
+    """Return (cpu, running_ns, waiting_ns, timeslices) per ``cpuN`` line of /proc/schedstat;
+    nothing for a version before 15 (or no version line), whose cpu lines differ."""
+    if parse_schedstat_version(data) < KNOWN_VERSIONS[0]:
+        return []
+    rows = []
+    for line in data.split(b"\n"):
+        if line[:3] != b"cpu":
+            continue  # version, timestamp and domainN lines
+        parts = line.split()
+        if len(parts) <= _SLICES:
+            continue
+        try:
+            rows.append((int(parts[0][3:]), int(parts[_RUN]), int(parts[_WAIT]),
+                         int(parts[_SLICES])))
+        except ValueError:
+            continue
+    return rows
+
+
+class Scheduler(FamilySampler):
+    """Context switches, forks, runnable/blocked tasks; per-CPU run and wait time."""
+
+    name = "scheduler"
+    families = (SCHEDULER, SCHEDULER_CPU)
+
+    def start(self) -> None:
+        procfs = self.ctx.roots.procfs
+        try:
+            self._stat = KeptOpen(procfs / "stat")
+        except (OSError, RezolusError) as e:
+            raise SamplerUnavailable(self.name, str(e)) from None
+        self._schedstat: KeptOpen | None = None
+        try:
+            f = KeptOpen(procfs / "schedstat")
+        except FileNotFoundError:
+            self.detail = ("rezolus_scheduler_cpu unavailable: no /proc/schedstat (kernel"
+                           " built without CONFIG_SCHEDSTATS)")
+            return
+        except RezolusError as e:
+            self.detail = f"rezolus_scheduler_cpu unavailable: {e}"
+            return
+        version = parse_schedstat_version(f.read())
+        if version < KNOWN_VERSIONS[0]:
+            f.close()
+            self.detail = (f"rezolus_scheduler_cpu unavailable: /proc/schedstat version"
+                           f" {version} is not supported (need {KNOWN_VERSIONS[0]} or later)")
+            return
+        if version > KNOWN_VERSIONS[-1]:
+            self.detail = (f"/proc/schedstat version {version} is newer than"
+                           f" {KNOWN_VERSIONS[-1]}: cpu lines read as in version"
+                           f" {KNOWN_VERSIONS[-1]}")
+        self._schedstat = f
+
+    def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        out: dict[Family, Mapping[tuple, Sequence[int]]] = {}
+        if self.family_wanted(SCHEDULER):
+            out[SCHEDULER] = {(): parse_stat_scheduler(self._stat.read())}
+        if self._schedstat is not None and self.family_wanted(SCHEDULER_CPU):
+            out[SCHEDULER_CPU] = {(cpu,): values
+                                  for cpu, *values in parse_schedstat(self._schedstat.read())}
+        return out
+
+    def close(self) -> None:
+        self._stat.close()
+        if self._schedstat is not None:
+            self._schedstat.close()

@@ -1,0 +1,414 @@
+"""Pure tests of metric families: how they become events, the Oversampler's rates and
+percentiles, and histogram records split to fit a ring-buffer page.
+
+Expected percentiles are worked by hand with nearest rank: the ``ceil(q * n)``-th smallest
+of the interval's ``n`` samples (at least the first).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rezolus_ue.encoding import MAX_NAME_ARGS, MAX_PAYLOAD, REL_BYTES, U8, U32, U64, char_array
+from rezolus_ue.metrics import catalog, h2
+from rezolus_ue.metrics.family import (
+    DIST,
+    HIST_QUANTILES,
+    METRIC_NAME_MAX,
+    Family,
+    Kind,
+    Label,
+    Oversampler,
+    counter,
+    gauge,
+    histogram,
+    histogram_records,
+)
+
+S = 1_000_000_000  # one second in ns
+
+CPU = Label("cpu", U32, "CPU number")
+NAME = Label("name", char_array(16), "a name")
+
+
+def fam(*metrics, labels=(CPU,), event: str = "rezolus_test") -> Family:  # type: ignore[no-untyped-def]
+    return Family(event, "test", "A test family.", labels, metrics)
+
+
+# --- schema derivation -------------------------------------------------------------------
+
+
+def test_schema_fields_labels_scalars_then_histogram() -> None:
+    f = fam(counter("a", "ops", "a"), gauge("b", "bytes", "b", dist=False),
+            histogram("lat_ns", "ns", "latency"), labels=(CPU, NAME))
+    s = f.schema
+    assert s.name == "rezolus_test"
+    assert s.sampler == "test"
+    assert s.field_names == (
+        "cpu", "name", "a", "b",
+        "count", "p50", "p90", "p99", "p999", "max",
+        "grouping_power", "max_value_power", "part", "parts", "buckets",
+    )
+    types = {fd.name: fd.type for fd in s.fields}
+    assert types["cpu"] == U32 and types["name"] == char_array(16)
+    assert all(types[n] == U64 for n in ("a", "b", "count", "p50", "p999", "max"))
+    assert all(types[n] == U8 for n in ("grouping_power", "max_value_power", "part", "parts"))
+    assert types["buckets"] == REL_BYTES
+    buckets = s.fields[-1]
+    assert buckets.max_len % h2.SPARSE_ENTRY_SIZE == 0
+    assert s.max_payload <= MAX_PAYLOAD < s.max_payload + h2.SPARSE_ENTRY_SIZE
+    assert f.histogram is not None and f.histogram.name == "lat_ns"
+    assert [m.name for m in f.scalars] == ["a", "b"]
+    assert [m.name for m in f.dist_metrics] == ["a"]
+
+
+def test_dist_schema_is_long_form() -> None:
+    f = fam(counter("a", "ops", "a"), gauge("b", "bytes", "b"), counter("c", "x", "c",
+                                                                       dist=False))
+    d = f.dist_schema
+    assert d is not None
+    assert d.name == "rezolus_test_dist"
+    assert d.sampler == "test"
+    assert d.field_names == ("cpu", "metric", "value", "p50", "p90", "p99", "max")
+    types = {fd.name: fd.type for fd in d.fields}
+    assert types["metric"] == char_array(METRIC_NAME_MAX + 1) == char_array(24)
+    assert all(types[n] == U64 for n in ("value", "p50", "p90", "p99", "max"))
+    metric = next(fd for fd in d.fields if fd.name == "metric")
+    assert "a, b" in metric.description and "c" not in metric.description.split(": ")[-1]
+    assert f.schemas == (f.schema, d)
+
+
+def test_no_dist_metric_no_dist_schema() -> None:
+    f = fam(counter("a", "ops", "a", dist=False), gauge("b", "x", "b", dist=False))
+    assert f.dist_schema is None
+    assert f.schemas == (f.schema,)
+    h = fam(histogram("h", "us", "h"), labels=())
+    assert h.dist_schema is None and h.dist_metrics == ()
+
+
+def test_family_without_labels() -> None:
+    f = fam(gauge("online", "cpus", "online"), labels=())
+    assert f.schema.field_names == ("online",)
+    assert f.dist_schema is not None
+    assert f.dist_schema.field_names == ("metric", "value", "p50", "p90", "p99", "max")
+
+
+def test_histogram_must_be_last_and_alone() -> None:
+    with pytest.raises(ValueError, match="at most one histogram, declared last"):
+        fam(histogram("h", "us", "h"), counter("a", "x", "a"))
+    with pytest.raises(ValueError, match="at most one histogram"):
+        fam(histogram("h", "us", "h"), histogram("g", "us", "g"))
+
+
+def test_metric_name_limit() -> None:
+    fam(counter("a" * METRIC_NAME_MAX, "x", "a"))
+    with pytest.raises(ValueError, match="longer than 23"):
+        fam(counter("a" * (METRIC_NAME_MAX + 1), "x", "a"))
+
+
+def test_too_long_registration_is_rejected_at_declaration() -> None:
+    many = tuple(counter(f"metric_number_{i:03d}", "x", "m", dist=False) for i in range(40))
+    with pytest.raises(ValueError, match="registration string"):
+        fam(*many)
+
+
+def test_kinds() -> None:
+    assert counter("a", "x", "a").kind is Kind.COUNTER
+    assert gauge("a", "x", "a").kind is Kind.GAUGE
+    h = histogram("a", "x", "a")
+    assert h.kind is Kind.HISTOGRAM and not h.dist
+
+
+# --- the catalog -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", catalog.FAMILIES, ids=lambda f: f.event)
+def test_catalog_family_fits_the_kernel(family: Family) -> None:
+    for s in family.schemas:
+        assert len(s.name_args.encode()) <= MAX_NAME_ARGS, s.name
+        assert s.max_payload <= MAX_PAYLOAD, s.name
+        assert s.sampler == family.sampler
+    for m in family.metrics:
+        assert len(m.name) <= METRIC_NAME_MAX, m.name
+        assert m.unit and m.description, m.name
+    assert (family.dist_schema is not None) == bool(family.dist_metrics)
+    assert family.schema.name == family.event
+    assert family.schema.field_names[:len(family.labels)] == tuple(
+        lb.name for lb in family.labels)
+
+
+def test_catalog_event_names_unique() -> None:
+    names = [s.name for f in catalog.FAMILIES for s in f.schemas]
+    assert len(names) == len(set(names))
+
+
+def test_catalog_status_codes_cover_the_agent_states() -> None:
+    assert catalog.STATUS_CODES == {"idle": 0, "active": 1, "unavailable": 2, "disabled": 3}
+
+
+# --- Oversampler -------------------------------------------------------------------------
+
+
+def dist_by_metric(dist: list[tuple]) -> dict[tuple, tuple]:
+    """Return dist records keyed by (labels..., metric name) -> (value, p50, p90, p99, max)."""
+    out = {}
+    for r in dist:
+        n = len(r) - 6
+        out[(*r[:n], r[n].decode())] = tuple(r[n + 1:])
+    return out
+
+
+C1 = fam(counter("ops", "ops", "operations"))
+
+
+def test_counter_rates_from_consecutive_samples() -> None:
+    o = Oversampler(C1)
+    for t, v in [(0, 0), (1, 10), (2, 30)]:
+        o.add(t * S, {(0,): (v,)})
+    records, dist = o.publish()
+    assert records == [(0, 30)]
+    # Rates 10 and 20 per second; n = 2: p50 is the 1st, p90/p99/max the 2nd.
+    assert dist == [(0, b"ops", 30, 10, 20, 20, 20)]
+
+
+def test_counter_rates_are_per_second() -> None:
+    o = Oversampler(C1)
+    for i, v in enumerate([0, 5, 10, 25]):
+        o.add(i * S // 10, {(0,): (v,)})  # every 100ms
+    _, dist = o.publish()
+    assert dist_by_metric(dist)[(0, "ops")] == (25, 50, 150, 150, 150)
+
+
+def test_nearest_rank_percentiles() -> None:
+    o = Oversampler(C1)
+    total = 0
+    o.add(0, {(0,): (0,)})
+    for i, rate in enumerate([3, 9, 1, 10, 5, 2, 8, 4, 7, 6], start=1):
+        total += rate
+        o.add(i * S, {(0,): (total,)})
+    _, dist = o.publish()
+    # Ten rates 1..10: p50 = 5th, p90 = 9th, p99 = ceil(9.9) = 10th, max = 10th.
+    assert dist == [(0, b"ops", 55, 5, 9, 10, 10)]
+
+
+def test_gauge_levels() -> None:
+    f = fam(gauge("level", "x", "level"))
+    o = Oversampler(f)
+    for t, v in [(0, 7), (1, 3), (2, 9)]:
+        o.add(t * S, {(0,): (v,)})
+    records, dist = o.publish()
+    assert records == [(0, 9)]
+    # Levels 7, 3, 9 (the first sample counts: a gauge needs no predecessor).
+    assert dist == [(0, b"level", 9, 7, 9, 9, 9)]
+
+
+def test_counter_reset_gives_no_rate_for_that_step() -> None:
+    o = Oversampler(C1)
+    for t, v in [(0, 0), (1, 10), (2, 5), (3, 15), (4, 35)]:
+        o.add(t * S, {(0,): (v,)})
+    _, dist = o.publish()
+    # Rates 10, (reset), 10, 20.
+    assert dist == [(0, b"ops", 35, 10, 20, 20, 20)]
+
+
+def test_first_sample_of_a_counter_gives_no_rate() -> None:
+    o = Oversampler(C1)
+    o.add(5 * S, {(0,): (123,)})
+    records, dist = o.publish()
+    assert records == [(0, 123)]
+    assert dist == [(0, b"ops", 123, 0, 0, 0, 0)]
+
+
+def test_mixed_family_first_sample_has_gauge_level_only() -> None:
+    f = fam(counter("ops", "ops", "ops"), gauge("level", "x", "level"))
+    o = Oversampler(f)
+    o.add(0, {(0,): (100, 4)})
+    _, dist = o.publish()
+    assert dist_by_metric(dist) == {(0, "ops"): (100, 0, 0, 0, 0),
+                                    (0, "level"): (4, 4, 4, 4, 4)}
+
+
+def test_only_dist_metrics_are_summarised_but_all_are_recorded() -> None:
+    f = fam(counter("ops", "ops", "ops"), counter("total", "x", "t", dist=False),
+            gauge("level", "x", "level", dist=False))
+    o = Oversampler(f)
+    o.add(0, {(1,): (0, 10, 3)})
+    o.add(S, {(1,): (4, 20, 5)})
+    records, dist = o.publish()
+    assert records == [(1, 4, 20, 5)]
+    assert dist == [(1, b"ops", 4, 4, 4, 4, 4)]
+
+
+def test_family_without_dist_metrics_publishes_records_only() -> None:
+    f = fam(counter("ops", "ops", "ops", dist=False))
+    o = Oversampler(f)
+    o.add(0, {(0,): (1,)})
+    o.add(S, {(0,): (2,)})
+    assert o.publish() == ([(0, 2)], [])
+
+
+def test_labels_are_independent() -> None:
+    o = Oversampler(C1)
+    o.add(0, {(0,): (0,), (1,): (100,)})
+    o.add(S, {(0,): (10,), (1,): (400,)})
+    records, dist = o.publish()
+    assert sorted(records) == [(0, 10), (1, 400)]
+    assert dist_by_metric(dist) == {(0, "ops"): (10, 10, 10, 10, 10),
+                                    (1, "ops"): (400, 300, 300, 300, 300)}
+
+
+def test_vanished_labels_are_dropped() -> None:
+    o = Oversampler(C1)
+    o.add(0, {(0,): (0,), (1,): (0,)})
+    o.add(S, {(0,): (10,)})  # cpu 1 went offline
+    records, dist = o.publish()
+    assert records == [(0, 10)]
+    assert [r[0] for r in dist] == [0]
+    # When it comes back, its old total is forgotten: no rate against a stale sample.
+    o.add(2 * S, {(0,): (20,), (1,): (1_000,)})
+    o.add(3 * S, {(0,): (30,), (1,): (1_005,)})
+    records, dist = o.publish()
+    assert sorted(records) == [(0, 30), (1, 1_005)]
+    assert dist_by_metric(dist)[(1, "ops")] == (1_005, 5, 5, 5, 5)
+
+
+def test_publish_resets_the_interval_but_keeps_the_previous_sample() -> None:
+    o = Oversampler(C1)
+    o.add(0, {(0,): (0,)})
+    o.add(S, {(0,): (10,)})
+    assert o.publish()[1] == [(0, b"ops", 10, 10, 10, 10, 10)]
+    o.add(2 * S, {(0,): (40,)})  # the rate against the sample before publish
+    assert o.publish()[1] == [(0, b"ops", 40, 30, 30, 30, 30)]
+
+
+def test_label_order_may_change_between_samples() -> None:
+    o = Oversampler(C1)
+    o.add(0, {(0,): (0,), (1,): (0,)})
+    o.add(S, {(1,): (7,), (0,): (3,)})  # same labels, other order
+    _, dist = o.publish()
+    assert dist_by_metric(dist) == {(0, "ops"): (3, 3, 3, 3, 3), (1, "ops"): (7, 7, 7, 7, 7)}
+
+
+def test_label_appearing_mid_interval() -> None:
+    f = fam(counter("ops", "ops", "ops"), gauge("level", "x", "level"))
+    o = Oversampler(f)
+    o.add(0, {(0,): (0, 1)})
+    o.add(S, {(0,): (10, 2), (1,): (500, 40)})  # a device was added
+    o.add(2 * S, {(0,): (30, 3), (1,): (600, 60)})
+    records, dist = o.publish()
+    assert sorted(records) == [(0, 30, 3), (1, 600, 60)]
+    assert dist_by_metric(dist) == {
+        (0, "ops"): (30, 10, 20, 20, 20), (0, "level"): (3, 2, 3, 3, 3),
+        # Its first sample gives a level but no rate.
+        (1, "ops"): (600, 100, 100, 100, 100), (1, "level"): (60, 40, 60, 60, 60)}
+
+
+def test_samples_without_dist_keep_only_the_values() -> None:
+    o = Oversampler(C1)
+    o.add(0, {(0,): (0,)}, dist=False)
+    o.add(S, {(0,): (10,)}, dist=False)
+    records, dist = o.publish()
+    assert records == [(0, 10)]
+    assert dist == [(0, b"ops", 10, 0, 0, 0, 0)]
+    # A consumer enables the _dist event: the next sample is a first sight, no rate yet.
+    o.add(2 * S, {(0,): (40,)})
+    assert o.publish()[1] == [(0, b"ops", 40, 0, 0, 0, 0)]
+    o.add(3 * S, {(0,): (45,)})
+    assert o.publish()[1] == [(0, b"ops", 45, 5, 5, 5, 5)]
+
+
+def test_no_rows() -> None:
+    o = Oversampler(C1)
+    o.add(0, {})
+    o.add(S, {})
+    assert o.publish() == ([], [])
+
+
+def test_dist_records_pack_with_the_dist_schema() -> None:
+    f = catalog.CPU_USAGE
+    o = Oversampler(f)
+    row = (100, 0, 50, 800, 10, 0, 5, 0, 250_000)
+    o.add(0, {(3,): row})
+    records, dist = o.publish()
+    assert f.schema.unpack(f.schema.pack(*records[0])) == dict(
+        zip(f.schema.field_names, (3, *row), strict=True))
+    assert f.dist_schema is not None
+    (d,) = dist
+    assert f.dist_schema.unpack(f.dist_schema.pack(*d)) == {
+        "cpu": 3, "metric": "busy_ppm", "value": 250_000, "p50": 250_000, "p90": 250_000,
+        "p99": 250_000, "max": 250_000}
+
+
+def test_dist_quantiles() -> None:
+    assert DIST == (("p50", 0.50), ("p90", 0.90), ("p99", 0.99), ("max", 1.0))
+
+
+# --- histogram_records -------------------------------------------------------------------
+
+HIST = catalog.AGENT_SAMPLER
+
+
+def field_index(schema, name: str) -> int:  # type: ignore[no-untyped-def]
+    return schema.field_names.index(name)
+
+
+def test_histogram_record_fields() -> None:
+    schema = HIST.schema
+    counts = h2.new_counts()
+    h2.record(counts, [1, 2, 3, 100])
+    (rec,) = histogram_records(schema, ("cpu_usage",), (1, 7, 0), counts)
+    got = schema.unpack(schema.pack(*rec))
+    assert got == {
+        "sampler": "cpu_usage", "status": 1, "refreshes": 7, "errors": 0,
+        # Four values: p50 is the 2nd (2); the 4th, 100, reads as its bucket's upper edge.
+        "count": 4, "p50": 2, "p90": 103, "p99": 103, "p999": 103, "max": 103,
+        "grouping_power": 3, "max_value_power": 64, "part": 0, "parts": 1,
+        "buckets": h2.encode_sparse(counts),
+    }
+    assert [s for s, _ in HIST_QUANTILES] == ["p50", "p90", "p99", "p999", "max"]
+
+
+def test_empty_histogram_is_one_record_without_buckets() -> None:
+    schema = HIST.schema
+    (rec,) = histogram_records(schema, ("agent",), (0, 0, 0), h2.new_counts())
+    got = schema.unpack(schema.pack(*rec))
+    assert (got["count"], got["p50"], got["max"], got["part"], got["parts"]) == (0, 0, 0, 0, 1)
+    assert got["buckets"] == b""
+
+
+@pytest.mark.parametrize("family", [HIST, fam(counter("a", "x", "a"),
+                                              histogram("h", "ns", "h"),
+                                              labels=(CPU, NAME))],
+                         ids=["agent_sampler", "test"])
+def test_histogram_records_split_when_every_bucket_is_used(family: Family) -> None:
+    schema = family.schema
+    counts = np.arange(1, h2.BUCKETS + 1, dtype=np.uint64)
+    labels = tuple("x" if lb.type.text else 1 for lb in family.labels)
+    scalars = tuple(range(len(family.scalars)))
+    recs = histogram_records(schema, labels, scalars, counts)
+    assert len(recs) == 2
+    part, parts, count = (field_index(schema, n) for n in ("part", "parts", "count"))
+    assert [(r[part], r[parts]) for r in recs] == [(0, 2), (1, 2)]
+    total = h2.new_counts()
+    for r in recs:
+        payload = schema.pack(*r)
+        assert len(payload) <= MAX_PAYLOAD
+        got = schema.unpack(payload)
+        # Every part stands alone: labels, scalars and percentiles repeated.
+        assert got["count"] == r[count] == int(counts.sum())
+        assert got["max"] == 2**64 - 1
+        total += h2.decode_sparse(got["buckets"])  # type: ignore[arg-type]
+    assert np.array_equal(total, counts)
+    assert len(recs[0][-1]) == schema.fields[-1].max_len
+
+
+def test_histogram_records_split_on_entry_boundaries() -> None:
+    schema = HIST.schema
+    per_part = schema.fields[-1].max_len // h2.SPARSE_ENTRY_SIZE
+    counts = h2.new_counts()
+    counts[:per_part] = 1
+    assert len(histogram_records(schema, ("a",), (0, 0, 0), counts)) == 1
+    counts[per_part] = 1
+    recs = histogram_records(schema, ("a",), (0, 0, 0), counts)
+    assert [len(r[-1]) // h2.SPARSE_ENTRY_SIZE for r in recs] == [per_part, 1]

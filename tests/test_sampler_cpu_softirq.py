@@ -1,0 +1,223 @@
+"""The cpu_softirq sampler: /proc/softirqs parsing against fixtures, end to end, and the host.
+
+Golden files: ``tests/fixtures/procfs/<case>.expected.json`` hold the parsed rows of
+``tests/fixtures/procfs/<case>/softirqs``; regenerate after a deliberate change with
+``REZOLUS_UE_UPDATE_GOLDEN=1 pytest tests/test_sampler_cpu_softirq.py`` and review the diff.
+
+Fixtures: ``softirq_modern`` is this host's file (Linux 6.18, 2 CPUs); ``softirq_old`` is
+hand-written in the Linux 4.4 format (``BLOCK_IOPOLL``, renamed ``IRQ_POLL`` in 4.5; 4
+CPUs); ``softirq_2631`` is hand-written in the Linux 2.6.31 format (no ``BLOCK_IOPOLL``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+from rezolus_ue import config
+from rezolus_ue.errors import SamplerUnavailable
+from rezolus_ue.metrics.catalog import CPU_SOFTIRQ, SOFTIRQ_KINDS
+from rezolus_ue.perf_event import parse_cpu_list
+from rezolus_ue.samplers.base import Roots, SamplerContext
+from rezolus_ue.samplers.cpu.softirq import CpuSoftirq, parse_softirqs
+
+FIXTURES = Path(__file__).parent / "fixtures" / "procfs"
+CASES = ["softirq_modern", "softirq_old", "softirq_2631"]
+UPDATE = os.environ.get("REZOLUS_UE_UPDATE_GOLDEN") == "1"
+FIELDS = ("cpu", *SOFTIRQ_KINDS)
+
+
+def as_dicts(rows: dict[int, tuple[int, ...]]) -> list[dict[str, int]]:
+    return [dict(zip(FIELDS, (cpu, *r), strict=True)) for cpu, r in rows.items()]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden(case: str) -> None:
+    got = as_dicts(parse_softirqs((FIXTURES / case / "softirqs").read_text()))
+    golden = FIXTURES / f"{case}.expected.json"
+    if UPDATE:
+        golden.write_text(json.dumps(got, indent=1) + "\n")
+    assert golden.exists(), f"{golden} missing: run with REZOLUS_UE_UPDATE_GOLDEN=1"
+    assert got == json.loads(golden.read_text()), (
+        f"{golden.name} differs; if intended, regenerate with REZOLUS_UE_UPDATE_GOLDEN=1")
+
+
+def test_modern_matches_the_file_column_by_column() -> None:
+    lines = (FIXTURES / "softirq_modern" / "softirqs").read_text().splitlines()
+    rows = as_dicts(parse_softirqs("\n".join(lines)))
+    assert [r["cpu"] for r in rows] == [0, 1]
+    for line in lines[1:]:
+        name, values = line.split(":")
+        for r, v in zip(rows, values.split(), strict=True):
+            assert r[name.strip().lower()] == int(v)
+
+
+def test_block_iopoll_reads_as_irq_poll() -> None:
+    rows = as_dicts(parse_softirqs((FIXTURES / "softirq_old" / "softirqs").read_text()))
+    assert [r["cpu"] for r in rows] == [0, 1, 2, 3]
+    assert [r["irq_poll"] for r in rows] == [7, 0, 0, 1]
+    assert [r["rcu"] for r in rows] == [567890, 456789, 345678, 234567]
+
+
+def test_kind_the_kernel_lacks_reads_zero() -> None:
+    rows = as_dicts(parse_softirqs((FIXTURES / "softirq_2631" / "softirqs").read_text()))
+    assert [r["irq_poll"] for r in rows] == [0, 0]
+    assert [r["timer"] for r in rows] == [123456, 98765]
+
+
+HEAD = "                    CPU0       CPU1       \n"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", []),
+        (HEAD, [(0, *[0] * 10), (1, *[0] * 10)]),  # header only: every kind 0
+        ("       TIMER:   5   6\n", []),  # no header: no CPUs
+        (HEAD + "       TIMER:   5   6\n", [(0, 0, 5, *[0] * 8), (1, 0, 6, *[0] * 8)]),
+        # CPU numbers come from the header, not the column position.
+        ("   CPU0   CPU2\n  HI:  1  2\n", [(0, 1, *[0] * 9), (2, 2, *[0] * 9)]),
+        # A kind from a future kernel is ignored; a garbled line is skipped.
+        (HEAD + "  NEW_KIND:  9  9\n   SCHED:  x  1\n     RCU:  3  4",
+         [(0, *[0] * 9, 3), (1, *[0] * 9, 4)]),
+        # A short row reads 0 for the CPUs it lacks; extra columns are ignored.
+        (HEAD + "  HI:  7\n  RCU: 1 2 3\n", [(0, 7, *[0] * 8, 1), (1, *[0] * 9, 2)]),
+        ("CPU0\n HI: 18446744073709551615\n", [(0, 18446744073709551615, *[0] * 9)]),
+    ],
+)
+def test_parse(text: str, expected: list[tuple[int, ...]]) -> None:
+    assert [(cpu, *r) for cpu, r in parse_softirqs(text).items()] == expected
+
+
+# --- the sampler against a fixture procfs root -----------------------------------------
+
+
+class FakeHandle:
+    """Stands in for a user_events registration: an enable word and a record sink."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.word = ctypes.c_uint32(1 if enabled else 0)
+        self.payloads: list[bytes] = []
+
+    @property
+    def enabled(self) -> bool:
+        return self.word.value != 0
+
+    def write(self, payload: bytes) -> bool:
+        self.payloads.append(payload)
+        return True
+
+
+def make_sampler(procfs: Path, enabled: bool = True) -> tuple[CpuSoftirq, dict[str, FakeHandle]]:
+    opts = config.defaults(config.sampler_options({CpuSoftirq.name: CpuSoftirq.options}))
+    s = CpuSoftirq(SamplerContext(Roots(procfs=procfs, sysfs=procfs / "no-sysfs"),
+                                  opts.samplers[CpuSoftirq.name]))
+    s.start()
+    handles = {e.name: FakeHandle(enabled) for e in CpuSoftirq.events()}
+    s.bind(handles)
+    return s, handles
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_sampler_publishes_one_record_per_cpu(case: str) -> None:
+    s, h = make_sampler(FIXTURES / case)
+    try:
+        assert s.wanted and s.dist_wanted
+        s.sample(1_000_000_000)
+        s.sample(1_100_000_000)
+        s.publish(1_100_000_000)
+    finally:
+        s.close()
+    expected = json.loads((FIXTURES / f"{case}.expected.json").read_text())
+    records = [CPU_SOFTIRQ.schema.unpack(p) for p in h[CPU_SOFTIRQ.schema.name].payloads]
+    assert records == expected
+    assert CPU_SOFTIRQ.dist_schema is not None
+    dist = [CPU_SOFTIRQ.dist_schema.unpack(p) for p in h[CPU_SOFTIRQ.dist_schema.name].payloads]
+    assert len(dist) == len(expected) * len(SOFTIRQ_KINDS)
+    by_key = {(d["cpu"], d["metric"]): d for d in dist}
+    for row in expected:
+        for k in SOFTIRQ_KINDS:
+            d = by_key[(row["cpu"], k)]
+            # The file did not change between the two samples: total as read, rate 0.
+            assert (d["value"], d["p50"], d["max"]) == (row[k], 0, 0)
+
+
+def test_sampler_reads_nothing_without_consumer() -> None:
+    s, h = make_sampler(FIXTURES / "softirq_modern", enabled=False)
+    try:
+        assert not s.wanted
+        assert s.read() == {}
+        s.sample(1)
+        s.publish(1)
+    finally:
+        s.close()
+    assert not any(x.payloads for x in h.values())
+
+
+def test_sampler_rereads_the_kept_open_file(tmp_path: Path) -> None:
+    shutil.copy(FIXTURES / "softirq_2631" / "softirqs", tmp_path / "softirqs")
+    s, h = make_sampler(tmp_path)
+    try:
+        s.sample(1_000_000_000)
+        # Rewrite in place (same inode, as procfs regenerates its text on every read).
+        with open(tmp_path / "softirqs", "r+") as f:
+            text = f.read().replace("123456", "123556")  # cpu0 TIMER +100
+            f.seek(0)
+            f.write(text)
+        s.sample(2_000_000_000)
+        s.publish(2_000_000_000)
+    finally:
+        s.close()
+    assert CPU_SOFTIRQ.dist_schema is not None
+    dist = [CPU_SOFTIRQ.dist_schema.unpack(p) for p in h[CPU_SOFTIRQ.dist_schema.name].payloads]
+    timer0 = next(d for d in dist if d["cpu"] == 0 and d["metric"] == "timer")
+    assert (timer0["value"], timer0["max"]) == (123556, 100)
+
+
+def test_sampler_without_proc_softirqs_is_unavailable(tmp_path: Path) -> None:
+    opts = config.defaults(config.sampler_options({CpuSoftirq.name: ()}))
+    s = CpuSoftirq(SamplerContext(Roots(procfs=tmp_path, sysfs=tmp_path),
+                                  opts.samplers[CpuSoftirq.name]))
+    with pytest.raises(SamplerUnavailable, match="softirqs"):
+        s.start()
+
+
+# --- the host --------------------------------------------------------------------------
+
+
+@pytest.mark.host
+def test_host_columns_are_the_possible_cpus() -> None:
+    possible = parse_cpu_list(Path("/sys/devices/system/cpu/possible").read_text())
+    s, _h = make_sampler(Path("/proc"))
+    try:
+        rows = s.read()[CPU_SOFTIRQ]
+    finally:
+        s.close()
+    assert [k[0] for k in rows] == possible
+    assert all(len(v) == len(SOFTIRQ_KINDS) and min(v) >= 0 for v in rows.values())
+
+
+@pytest.mark.host
+def test_host_loopback_traffic_runs_net_rx() -> None:
+    """Loopback packets are received through the NET_RX softirq of the sending CPU."""
+    s, _h = make_sampler(Path("/proc"))
+    rx = SOFTIRQ_KINDS.index("net_rx")
+    try:
+        before = sum(v[rx] for v in s.read()[CPU_SOFTIRQ].values())
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as a, \
+                socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as b:
+            b.bind(("127.0.0.1", 0))
+            for _ in range(100):
+                a.sendto(b"x", b.getsockname())
+            for _ in range(100):
+                b.recv(16)
+        after = sum(v[rx] for v in s.read()[CPU_SOFTIRQ].values())
+    finally:
+        s.close()
+    assert after - before >= 1
