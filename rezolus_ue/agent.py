@@ -163,7 +163,7 @@ class Agent:
                 continue
             t0 = time.perf_counter_ns()
             try:
-                sampler.sample(now_ns)
+                sampler.sample(now_ns, publishing)
                 if publishing:
                     sampler.publish(now_ns)
             except Exception as e:  # a sampler bug must not stop the others

@@ -69,7 +69,7 @@ class FakeSampler(Sampler):
         self.publishes: list[int] = []
         self.closed = False
 
-    def sample(self, t_ns: int) -> None:
+    def sample(self, t_ns: int, full: bool = True) -> None:
         self.samples.append(t_ns)
         if self.fail:
             raise RuntimeError("boom")

@@ -60,7 +60,9 @@ CPU_FREQUENCY = Family(
     "rezolus_cpu_frequency", "cpu_frequency",
     "Current frequency per CPU (cpufreq scaling_cur_freq, else /proc/cpuinfo 'cpu MHz').",
     (CPU,),
-    (gauge("frequency_hz", "Hz", "current frequency"),),
+    # Not oversampled: governors change frequency on their own slower clock, and
+    # /proc/cpuinfo (the fallback) is expensive to generate.
+    (gauge("frequency_hz", "Hz", "current frequency", dist=False),),
 )
 
 # --- scheduler -------------------------------------------------------------------------
@@ -133,8 +135,12 @@ MEMORY_PRESSURE = Family(
     "Pressure stall information (/proc/pressure/*; Linux >= 4.20 with CONFIG_PSI).",
     (RESOURCE,),
     (
-        gauge("some_avg10_ppm", "ppm", "share of time some task stalled, 10 s average"),
-        gauge("full_avg10_ppm", "ppm", "share of time all tasks stalled, 10 s average"),
+        # The kernel's own 10 s averages: oversampling them adds nothing; the stall
+        # totals' rates are the fine-grained view.
+        gauge("some_avg10_ppm", "ppm", "share of time some task stalled, 10 s average",
+              dist=False),
+        gauge("full_avg10_ppm", "ppm", "share of time all tasks stalled, 10 s average",
+              dist=False),
         counter("some_stall_us", "us", "total time some task stalled"),
         counter("full_stall_us", "us", "total time all non-idle tasks stalled"),
     ),

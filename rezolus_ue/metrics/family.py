@@ -23,7 +23,6 @@ table-tested.
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -44,6 +43,7 @@ from . import h2
 
 #: Quantiles of a distribution, with their field suffixes.
 DIST = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99), ("max", 1.0))
+_QS = np.array([q for _s, q in DIST])
 #: Longest metric name (the _dist event's ``metric`` field is char[24]).
 METRIC_NAME_MAX = 23
 #: Quantiles published for histograms.
@@ -281,19 +281,18 @@ class Oversampler:
                 rate[d < 0] = np.nan  # a counter went back: reset, no rate for that step
             values[len(values) - len(rate):, :, self._counter] = rate
         arr = np.sort(values, axis=0)  # NaN sorts last
-        valid = np.sum(~np.isnan(arr), axis=0)
+        n = np.sum(~np.isnan(arr), axis=0)  # valid values per (key, metric)
+        # Nearest rank for every quantile, key and metric at once: index ceil(q*n) - 1.
+        idx = np.maximum(np.ceil(_QS[:, None, None] * n[None]) - 1, 0).astype(np.intp)
+        picked = np.take_along_axis(arr, np.minimum(idx, len(arr) - 1), axis=0)
+        picked = np.where(n[None] > 0, np.maximum(np.rint(picked), 0), 0)
+        qs = picked.astype(np.uint64).transpose(1, 2, 0).tolist()  # [key][metric][quantile]
         out = []
+        names, cols = self._names, self._cols.tolist()
         for i, key in enumerate(keys):
-            row = last[key]
-            for c, j in enumerate(self._cols):
-                n = int(valid[i, c])
-                if n:
-                    col = arr[:, i, c]
-                    qs = [max(0, round(float(col[max(0, math.ceil(q * n) - 1)])))
-                          for _s, q in DIST]
-                else:
-                    qs = [0] * len(DIST)
-                out.append((*key, self._names[c], int(row[j]), *qs))
+            row, kq = last[key], qs[i]
+            for c, j in enumerate(cols):
+                out.append((*key, names[c], int(row[j]), *kq[c]))
         return out
 
 

@@ -39,17 +39,32 @@ class Gauge:
 
 class Histogram:
     """Cumulative H2 bucket counts; never reset. ``interval()`` gives the delta since the
-    previous call, with reset detection for sources that may restart."""
+    previous call, with reset detection for sources that may restart.
 
-    __slots__ = ("_prev", "counts")
+    ``record`` only appends to a list (it sits on hot paths); values are bucketed in one
+    vectorised step when the counts are read.
+    """
+
+    __slots__ = ("_counts", "_pending", "_prev")
 
     def __init__(self) -> None:
-        self.counts = h2.new_counts()
+        self._counts = h2.new_counts()
+        self._pending: list[int] = []
         self._prev: np.ndarray | None = None
 
+    @property
+    def counts(self) -> np.ndarray:
+        """Return the cumulative bucket counts."""
+        if self._pending:
+            h2.record(self._counts, self._pending)
+            self._pending = []
+        return self._counts
+
     def record(self, value: int) -> None:
-        """Add one value."""
-        self.counts[h2.bucket_index(value)] += np.uint64(1)
+        """Add one value (0 .. 2**64-1)."""
+        if not 0 <= value <= h2.MAX_VALUE:
+            raise ValueError(f"{value} is outside 0..2**64-1")
+        self._pending.append(value)
 
     def record_many(self, values: Sequence[int] | np.ndarray) -> None:
         """Add many values at once."""
@@ -58,7 +73,7 @@ class Histogram:
     def interval(self) -> tuple[np.ndarray, bool]:
         """Return (counts added since the last call, reset detected) and start anew."""
         d, reset = h2.delta(self.counts, self._prev)
-        self._prev = self.counts.copy()
+        self._prev = self._counts.copy()
         return d, reset
 
     def percentiles(self, qs: Sequence[float]) -> list[int]:

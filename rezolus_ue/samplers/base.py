@@ -63,6 +63,8 @@ class Sampler(ABC):
         self._dist_words: list[ctypes.c_uint32] = []
         #: Extra status detail shown by `check` and `events` (e.g. a family unavailable).
         self.detail = ""
+        #: The families to read during the current sample() call (None: outside one).
+        self._reading: set[Family] | None = None
 
     @classmethod
     def events(cls) -> tuple[EventSchema, ...]:
@@ -91,12 +93,27 @@ class Sampler(ABC):
         return self.oversample and any(w.value for w in self._dist_words)
 
     def family_wanted(self, family: Family) -> bool:
-        """Return True while either of ``family``'s events is enabled."""
+        """Return True if ``family`` is to be read now.
+
+        Inside ``FamilySampler.sample`` this is decided once per tick: on publish ticks
+        every family with an enabled event, in between only those whose _dist event is
+        enabled. Elsewhere: whether either of the family's events is enabled.
+        """
+        now = self._reading
+        if now is not None:
+            return family in now
         return any(self.handles[s.name].word.value for s in family.schemas
                    if s.name in self.handles)
 
-    def sample(self, t_ns: int) -> None:  # noqa: B027 - optional hook
-        """Read the sources once (monotonic time ``t_ns``)."""
+    def _enabled(self, schema: EventSchema | None) -> bool:
+        h = self.handles.get(schema.name) if schema is not None else None
+        return h is not None and bool(h.word.value)
+
+    def sample(self, t_ns: int, full: bool = True) -> None:  # noqa: B027 - optional hook
+        """Read the sources once (monotonic time ``t_ns``).
+
+        ``full`` is True on publish ticks; between them only oversampled data is needed.
+        """
 
     @abstractmethod
     def publish(self, t_ns: int) -> None:
@@ -128,11 +145,18 @@ class FamilySampler(Sampler):
     def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
         """Return one sample of every wanted family this sampler can read."""
 
-    def sample(self, t_ns: int) -> None:
-        for fam, rows in self.read().items():
-            dist = fam.dist_schema is not None and fam.dist_schema.name in self.handles \
-                and bool(self.handles[fam.dist_schema.name].word.value)
-            self._over[fam].add(t_ns, rows, dist)
+    def sample(self, t_ns: int, full: bool = True) -> None:
+        dist = {f for f in self.families if self._enabled(f.dist_schema)}
+        if full:
+            self._reading = dist | {f for f in self.families if self._enabled(f.schema)}
+        else:
+            self._reading = dist
+        try:
+            rows_by_family = self.read() if self._reading else {}
+        finally:
+            self._reading = None
+        for fam, rows in rows_by_family.items():
+            self._over[fam].add(t_ns, rows, fam in dist)
             self._fresh.add(fam)
 
     def publish(self, t_ns: int) -> None:
