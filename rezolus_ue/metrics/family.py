@@ -256,7 +256,7 @@ class Oversampler:
         records = [(*key, *(int(v) for v in values)) for key, values in last.items()]
         dist: list[tuple] = []
         keys = tuple(last)
-        if len(self._cols) and keys:
+        if len(self._cols) and keys and not self._plain:
             dist = self._summarise(keys, last)
         self._base = None if self._plain else (t_last, last)
         self._samples = []
