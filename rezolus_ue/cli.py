@@ -96,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chk.add_argument("-c", "--config", metavar="FILE", type=Path,
                      help="check the samplers as configured in FILE (default: as `run`)")
+    from .consume import tail
+
+    for module in (tail,):
+        module.add_parser(sub)
     return p
 
 
@@ -108,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(format=f"{PROG}: %(message)s", level=logging.INFO, stream=sys.stderr)
     try:
-        return _COMMANDS[args.command](args)
+        func = getattr(args, "func", None) or _COMMANDS[args.command]
+        return func(args)
     except RezolusError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return e.exit_code

@@ -1,0 +1,1 @@
+"""Consumers: read rezolus-ue tracepoints like any tool does, and show or keep them."""

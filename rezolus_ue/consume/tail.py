@@ -1,0 +1,112 @@
+"""``rezolus-ue tail``: decoded records, one per line, as text or JSON lines.
+
+The equivalent of ``perf record -e 'user_events:rezolus_*' -a`` + ``perf script`` live,
+without perf, and never disturbing other consumers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterable
+from typing import TextIO
+
+from .records import Record
+
+_EPILOG = """\
+examples:
+  sudo rezolus-ue tail                              every event
+  sudo rezolus-ue tail rezolus_cpu_usage            one event
+  sudo rezolus-ue tail 'rezolus_memory*' --format json | jq .available_bytes
+
+same as: sudo perf record -e 'user_events:rezolus_*' -a -o - | perf script -i -"""
+
+
+def format_text(r: Record, wall_offset_ns: int) -> str:
+    """Return one record as a line: local time, event, then field=value pairs."""
+    t = (r.time_ns + wall_offset_ns) / 1e9
+    stamp = time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t * 1e6) % 1_000_000:06d}"
+    parts = []
+    for k, v in r.fields.items():
+        if k == "buckets" and isinstance(v, bytes):
+            counts = r.histogram()
+            n = int((counts > 0).sum()) if counts is not None else 0
+            parts.append(f"buckets=<{n} non-zero>")
+        elif isinstance(v, str):
+            parts.append(f"{k}={v}" if v and " " not in v else f"{k}={v!r}")
+        elif isinstance(v, bytes):
+            parts.append(f"{k}={v.hex()}")
+        else:
+            parts.append(f"{k}={v}")
+    return f"{stamp} {r.event} cpu={r.cpu} " + " ".join(parts)
+
+
+def format_json(r: Record, wall_offset_ns: int) -> str:
+    """Return one record as a JSON line (``time`` in ns since the epoch)."""
+    d = r.to_json()
+    d["time"] = r.time_ns + wall_offset_ns
+    return json.dumps(d, separators=(",", ":"))
+
+
+def write_records(records: Iterable[Record], fmt: str, out: TextIO,
+                  wall_offset_ns: int) -> int:
+    """Write records in ``fmt`` ("text" or "json"); return how many."""
+    line = format_json if fmt == "json" else format_text
+    n = 0
+    for r in records:
+        out.write(line(r, wall_offset_ns) + "\n")
+        n += 1
+    return n
+
+
+def run(args: argparse.Namespace) -> int:
+    """Follow the selected events until interrupted (or --count records)."""
+    from .subscription import Subscription, monotonic_to_wall_offset_ns
+
+    offset = monotonic_to_wall_offset_ns()
+    seen = 0
+    with Subscription(args.events or None, wait=not args.no_wait) as sub:
+        lost = 0
+        while args.count is None or seen < args.count:
+            recs = sub.poll(1000)
+            if args.count is not None:
+                recs = recs[: args.count - seen]
+            seen += write_records(recs, args.format, sys.stdout, offset)
+            sys.stdout.flush()
+            if sub.lost != lost:
+                print(f"rezolus-ue: {sub.lost - lost} records lost (consumer too slow; the"
+                      " kernel ring was full)", file=sys.stderr)
+                lost = sub.lost
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the ``tail`` subcommand."""
+    p = sub.add_parser(
+        "tail", formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="print decoded records as they arrive (text or JSON lines)",
+        description="Subscribe to rezolus-ue tracepoints (perf_event_open, one ring per CPU)"
+        " and print each record: time, event, fields. Waits for the agent unless --no-wait.",
+        epilog=_EPILOG,
+    )
+    p.add_argument("events", nargs="*", metavar="EVENT",
+                   help="event names or shell globs (default: every rezolus-ue event)")
+    p.add_argument("-f", "--format", choices=("text", "json"), default="text",
+                   help="text (default) or JSON lines, for jq")
+    p.add_argument("-n", "--count", type=_positive, metavar="N",
+                   help="exit after N records")
+    p.add_argument("--no-wait", action="store_true",
+                   help="exit at once if the agent is not running, instead of waiting")
+    p.set_defaults(func=run)
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, not {text!r}")
+    return n

@@ -1,0 +1,116 @@
+"""The consumer side against a real kernel: perf_event_open subscriptions and `tail`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rezolus_ue import schema as S
+from rezolus_ue.consume.subscription import Subscription
+from rezolus_ue.user_events import UserEventsData
+
+from .conftest import wait_for
+from .test_agent_e2e import AgentProcess
+
+pytestmark = pytest.mark.kernel
+ROOT = Path(__file__).resolve().parents[2]
+CPU = S.CPU_USAGE
+
+
+def _register(ue: UserEventsData):  # type: ignore[no-untyped-def]
+    """Register the real rezolus_cpu_usage event, as the agent would."""
+    return ue.register(CPU.name_args)
+
+
+def _row(i: int) -> bytes:
+    return CPU.pack(i, *range(1, 9), 500_000)
+
+
+def _drain(sub: Subscription, want: int, timeout: float = 20) -> list:
+    out: list = []
+    deadline = time.monotonic() + timeout
+    while len(out) < want and time.monotonic() < deadline:
+        out += sub.poll(100)
+    return out
+
+
+def test_two_subscriptions_each_get_every_record(tracefs, ue):
+    reg = _register(ue)
+    tracing_on = (tracefs.root / "tracing_on").read_text()
+    a = Subscription([CPU.name], wait=False, tracefs=tracefs)
+    b = Subscription([CPU.name], wait=False, tracefs=tracefs)
+    try:
+        assert reg.enabled
+        for i in range(50):
+            assert reg.write(_row(i))
+        ra, rb = _drain(a, 50), _drain(b, 50)
+        assert [r.fields["cpu"] for r in ra] == list(range(50))
+        assert [r.fields["cpu"] for r in rb] == list(range(50))
+        assert ra[0].fields == CPU.unpack(_row(0))
+        a.close()  # closing one leaves the other running
+        for i in range(50, 60):
+            assert reg.write(_row(i))
+        assert [r.fields["cpu"] for r in _drain(b, 10)] == list(range(50, 60))
+        assert (a.lost, b.lost) == (0, 0)
+    finally:
+        a.close()
+        b.close()
+    assert not reg.enabled
+    assert (tracefs.root / "tracing_on").read_text() == tracing_on
+
+
+def test_lost_records_are_counted(tracefs, ue):
+    reg = _register(ue)
+    with Subscription([CPU.name], wait=False, tracefs=tracefs, ring_pages=1) as sub:
+        for i in range(2000):  # one page holds far fewer: the kernel must drop some
+            reg.write(_row(i))
+        got = _drain(sub, 2000, timeout=3)
+        reg.write(_row(0))  # the LOST record is emitted when space frees up
+        got += _drain(sub, 1, timeout=3)
+        assert sub.lost > 0
+        assert len(got) + sub.lost >= 2000
+
+
+def test_no_wait_without_agent_is_one_line(tracefs):
+    p = subprocess.run([sys.executable, "-m", "rezolus_ue", "tail", "--no-wait"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1
+    assert p.stderr.count("\n") == 1 and "rezolus-ue run" in p.stderr, p.stderr
+
+
+def test_tail_waits_for_the_agent_then_prints_json(tracefs):
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "rezolus_ue", "tail", CPU.name, "--format", "json",
+         "--count", "4"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    agent = None
+    try:
+        # tail is up and waiting before the agent exists.
+        wait_for(lambda: tail.poll() is not None or _waiting(tail), timeout=60, step=0.2)
+        assert tail.poll() is None
+        agent = AgentProcess("--interval", "200ms")
+        out, err = tail.communicate(timeout=120)
+    finally:
+        if tail.poll() is None:
+            tail.kill()
+        if agent is not None:
+            agent.stop()
+            agent.log.close()
+    assert tail.returncode == 0, err
+    lines = [json.loads(ln) for ln in out.splitlines()]
+    assert len(lines) == 4
+    assert all(d["event"] == CPU.name and set(CPU.field_names) <= d.keys() for d in lines)
+    assert "waiting for the agent" in err
+
+
+def _waiting(p: subprocess.Popen) -> bool:
+    # The "waiting" warning is the first thing tail prints on stderr.
+    import select
+
+    r, _, _ = select.select([p.stderr], [], [], 0)
+    return bool(r)
