@@ -10,18 +10,22 @@ the diff.
 
 from __future__ import annotations
 
-import ctypes
-import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
+from helpers import (
+    FakeHandle,
+    check_golden,
+    decoded,
+    replace_in_place,
+    sample_twice,
+    start_sampler,
+)
 
-from rezolus_ue import config
 from rezolus_ue.errors import SamplerUnavailable
 from rezolus_ue.metrics.catalog import BLOCKIO
-from rezolus_ue.samplers import Roots, SamplerContext
 from rezolus_ue.samplers.blockio import (
     WRAP_NS,
     BlockIO,
@@ -34,7 +38,6 @@ from rezolus_ue.samplers.blockio import (
 PROCFS = Path(__file__).parent / "fixtures" / "procfs" / "blockio"
 SYSFS = Path(__file__).parent / "fixtures" / "sysfs" / "blockio"
 CASES = ["modern", "partitions", "old", "v4_19"]
-UPDATE = os.environ.get("REZOLUS_UE_UPDATE_GOLDEN") == "1"
 FIELDS = [m.name for m in BLOCKIO.scalars]
 
 
@@ -46,13 +49,7 @@ def parse_case(case: str) -> list[dict[str, object]]:
 
 @pytest.mark.parametrize("case", CASES)
 def test_golden(case: str) -> None:
-    got = parse_case(case)
-    golden = PROCFS / f"{case}.expected.json"
-    if UPDATE:
-        golden.write_text(json.dumps(got, indent=1) + "\n")
-    assert golden.exists(), f"{golden} missing: run with REZOLUS_UE_UPDATE_GOLDEN=1"
-    assert got == json.loads(golden.read_text()), (
-        f"{golden.name} differs; if intended, regenerate with REZOLUS_UE_UPDATE_GOLDEN=1")
+    check_golden(PROCFS / f"{case}.expected.json", parse_case(case))
 
 
 def test_modern_host_copy_columns() -> None:
@@ -148,43 +145,18 @@ def test_unwrap_times() -> None:
 # --- the sampler against fixture roots ---------------------------------------------------
 
 
-class FakeHandle:
-    """Stands in for a user_events registration: an enable word and a record sink."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.word = ctypes.c_uint32(1 if enabled else 0)
-        self.payloads: list[bytes] = []
-
-    @property
-    def enabled(self) -> bool:
-        return self.word.value != 0
-
-    def write(self, payload: bytes) -> bool:
-        self.payloads.append(payload)
-        return True
-
-
 def make_sampler(procfs: Path, sysfs: Path, enabled: bool = True,
                  **opts: object) -> tuple[BlockIO, dict[str, FakeHandle]]:
-    options = {o.key: o.convert(o.default) for o in config.SAMPLER_OPTIONS + BlockIO.options}
-    options.update({k: BlockIO.options[[o.key for o in BlockIO.options].index(k)].convert(v)
-                    for k, v in opts.items()})
-    s = BlockIO(SamplerContext(Roots(procfs=procfs, sysfs=sysfs), options))
-    s.start()
-    handles = {e.name: FakeHandle(enabled) for e in BlockIO.events()}
-    s.bind(handles)
-    return s, handles
+    return start_sampler(BlockIO, procfs, sysfs, enabled=enabled, **opts)
 
 
 def records(case: str, **opts: object) -> list[dict[str, object]]:
     s, h = make_sampler(PROCFS / case, SYSFS / case, **opts)
     try:
-        s.sample(1_000_000_000)
-        s.sample(1_100_000_000)
-        s.publish(1_100_000_000)
+        sample_twice(s)
     finally:
         s.close()
-    return [BLOCKIO.schema.unpack(p) for p in h[BLOCKIO.event].payloads]
+    return decoded(BLOCKIO.schema, h)
 
 
 def devices(case: str, **opts: object) -> list[object]:
@@ -239,13 +211,11 @@ def test_sampler_end_to_end(case: str) -> None:
 def test_sampler_dist_records() -> None:
     s, h = make_sampler(PROCFS / "v4_19", SYSFS / "v4_19")
     try:
-        s.sample(1_000_000_000)
-        s.sample(1_100_000_000)
-        s.publish(1_100_000_000)
+        sample_twice(s)
     finally:
         s.close()
     assert BLOCKIO.dist_schema is not None
-    dist = [BLOCKIO.dist_schema.unpack(p) for p in h[f"{BLOCKIO.event}_dist"].payloads]
+    dist = decoded(BLOCKIO.dist_schema, h)
     metrics = [m.name for m in BLOCKIO.dist_metrics]
     assert [(d["device"], d["metric"]) for d in dist] == [
         (dev, m) for dev in ("sda", "sdb") for m in metrics]
@@ -260,22 +230,17 @@ def test_sampler_unwraps_ms_and_follows_rewrites(tmp_path: Path) -> None:
     s, h = make_sampler(tmp_path, SYSFS / "v4_19")
     try:
         s.sample(1_000_000_000)
-        data = (tmp_path / "diskstats").read_bytes().replace(
-            b"sda 9823451 40234 1203445120 4294966000", b"sda 9823452 40234 1203445128 704")
-        with open(tmp_path / "diskstats", "r+b") as f:  # same inode, as procfs
-            f.truncate(0)
-            f.write(data)
+        replace_in_place(tmp_path / "diskstats", b"sda 9823451 40234 1203445120 4294966000",
+                         b"sda 9823452 40234 1203445128 704")
         s.sample(2_000_000_000)
         s.publish(2_000_000_000)
     finally:
         s.close()
-    sda = [r for r in (BLOCKIO.schema.unpack(p) for p in h[BLOCKIO.event].payloads)
-           if r["device"] == "sda"]
+    sda = [r for r in decoded(BLOCKIO.schema, h) if r["device"] == "sda"]
     assert [r["read_time_ns"] for r in sda] == [4_294_968_000 * 1_000_000]
     assert [r["reads"] for r in sda] == [9823452]
     assert BLOCKIO.dist_schema is not None
-    rate = [d["max"] for d in (BLOCKIO.dist_schema.unpack(p)
-                               for p in h[f"{BLOCKIO.event}_dist"].payloads)
+    rate = [d["max"] for d in decoded(BLOCKIO.dist_schema, h)
             if d["device"] == "sda" and d["metric"] == "read_bytes"]
     assert rate == [8 * 512]  # 8 sectors in 1 s
 
@@ -340,7 +305,7 @@ def test_host_fsynced_write_shows_in_write_bytes(tmp_path: Path) -> None:
     finally:
         s.close()
         path.unlink(missing_ok=True)
-    rows = [BLOCKIO.schema.unpack(p) for p in h[BLOCKIO.event].payloads]
+    rows = decoded(BLOCKIO.schema, h)
     assert [r["device"] for r in rows] == [name[:31]]
     (after,) = rows
     grew = after["write_bytes"] - before["write_bytes"]  # type: ignore[operator]

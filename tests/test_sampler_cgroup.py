@@ -10,9 +10,7 @@ review the diff.
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import json
 import os
 import shutil
 import subprocess
@@ -21,11 +19,17 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import (
+    FailingFile,
+    FakeHandle,
+    check_golden,
+    median_read_us,
+    new_sampler,
+    start_sampler,
+)
 
-from rezolus_ue import config
 from rezolus_ue.errors import SamplerUnavailable
 from rezolus_ue.metrics.catalog import CGROUP_FAMILY
-from rezolus_ue.samplers.base import Roots, SamplerContext
 from rezolus_ue.samplers.cgroup import (
     LABEL_MAX,
     RESCAN_NS,
@@ -41,39 +45,12 @@ from rezolus_ue.samplers.cgroup import (
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cgroup"
 CASES = ["basic", "old"]
-UPDATE = os.environ.get("REZOLUS_UE_UPDATE_GOLDEN") == "1"
 SCHEMA = CGROUP_FAMILY.schema
 
 
-class FakeHandle:
-    """Stands in for a user_events registration: an enable word and a record sink."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.word = ctypes.c_uint32(1 if enabled else 0)
-        self.payloads: list[bytes] = []
-
-    @property
-    def enabled(self) -> bool:
-        return self.word.value != 0
-
-    def write(self, payload: bytes) -> bool:
-        self.payloads.append(payload)
-        return True
-
-
-def sampler_options(**over: object) -> dict[str, object]:
-    opts = {o.key: o.convert(o.default) for o in config.SAMPLER_OPTIONS + Cgroups.options}
-    for k, v in over.items():
-        opt = next(o for o in Cgroups.options if o.key == k)
-        opts[k] = opt.convert(v)
-    return opts
-
-
 def make(procfs: Path, sysfs: Path, **over: object) -> tuple[Cgroups, FakeHandle]:
-    s = Cgroups(SamplerContext(Roots(procfs=procfs, sysfs=sysfs), sampler_options(**over)))
-    s.start()
     h = FakeHandle()
-    s.bind({SCHEMA.name: h})
+    s, _handles = start_sampler(Cgroups, procfs, sysfs, handles={SCHEMA.name: h}, **over)
     return s, h
 
 
@@ -106,12 +83,7 @@ def test_golden(case: str) -> None:
                "records": records}
     finally:
         s.close()
-    golden = FIXTURES / f"{case}.expected.json"
-    if UPDATE:
-        golden.write_text(json.dumps(got, indent=1) + "\n")
-    assert golden.exists(), f"{golden} missing: run with REZOLUS_UE_UPDATE_GOLDEN=1"
-    assert got == json.loads(golden.read_text()), (
-        f"{golden.name} differs; if intended, regenerate with REZOLUS_UE_UPDATE_GOLDEN=1")
+    check_golden(FIXTURES / f"{case}.expected.json", got)
 
 
 def test_basic_values() -> None:
@@ -156,15 +128,14 @@ def test_old_hybrid_layout() -> None:
 
 
 def test_v1_only_is_unavailable() -> None:
-    s = Cgroups(SamplerContext(Roots(FIXTURES / "v1only" / "procfs", FIXTURES / "v1only"),
-                               sampler_options()))
+    s = new_sampler(Cgroups, FIXTURES / "v1only" / "procfs", FIXTURES / "v1only")
     with pytest.raises(SamplerUnavailable, match=r"no cgroup2 mount.*cgroup v1 only "
                                                  r"\(blkio, cpu, memory\)"):
         s.start()
 
 
 def test_root_option_must_be_cgroup2(tmp_path: Path) -> None:
-    s = Cgroups(SamplerContext(Roots(tmp_path, tmp_path), sampler_options(root=str(tmp_path))))
+    s = new_sampler(Cgroups, tmp_path, tmp_path, root=str(tmp_path))
     with pytest.raises(SamplerUnavailable, match="not a cgroup v2 hierarchy"):
         s.start()
 
@@ -352,16 +323,8 @@ def test_rescan_finds_new_groups_and_drops_removed_ones(tree: Path) -> None:
         # A regular file keeps reading after unlink; a removed cgroup's files read ENODEV.
         # Stand in for that by making the kept-open cpu.stat of init.scope fail so.
         g = s._groups["/init.scope"]
-
-        class Gone:
-            def read(self) -> bytes:
-                raise OSError(errno.ENODEV, "No such device")
-
-            def close(self) -> None:
-                pass
-
         g.cpu.close()
-        g.cpu = Gone()  # type: ignore[assignment]
+        g.cpu = FailingFile(errno.ENODEV, "No such device")  # type: ignore[assignment]
         recs = by_label(collect(s, h))
         assert "/init.scope" not in recs  # dropped at once, without waiting for a walk
         assert "/init.scope" not in s._groups
@@ -379,16 +342,8 @@ def test_other_read_errors_propagate(tree: Path) -> None:
     s, _h = make(tree / "procfs", tree / "sysfs")
     try:
         g = s._groups["/"]
-
-        class Broken:
-            def read(self) -> bytes:
-                raise OSError(errno.EIO, "I/O error")
-
-            def close(self) -> None:
-                pass
-
         g.cpu.close()
-        g.cpu = Broken()  # type: ignore[assignment]
+        g.cpu = FailingFile(errno.EIO, "I/O error")  # type: ignore[assignment]
         with pytest.raises(OSError):
             s.sample(1)
     finally:
@@ -514,15 +469,9 @@ def test_host_read_cost() -> None:
     host_cgroup2()
     s, _h = make(Path("/proc"), Path("/sys"))
     try:
-        times = []
-        for _ in range(1000):
-            t0 = time.perf_counter_ns()
-            s.read()
-            times.append(time.perf_counter_ns() - t0)
+        median_us = median_read_us(s)
         groups = len(s._groups)
     finally:
         s.close()
-    times.sort()
-    median_us = times[len(times) // 2] / 1000
     print(f"cgroup read(): median {median_us:.1f} us for {groups} groups")
     assert median_us < 5000

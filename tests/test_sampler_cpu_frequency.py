@@ -16,18 +16,23 @@ in the arm64 format (no ``cpu MHz``). ``sysfs/freq_cpufreq`` is a hand-written c
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
+from helpers import (
+    FakeHandle,
+    assert_silent_without_consumer,
+    check_golden,
+    decoded,
+    sample_twice,
+    start_sampler,
+)
 
-from rezolus_ue import config
 from rezolus_ue.errors import SamplerUnavailable
 from rezolus_ue.metrics.catalog import CPU_FREQUENCY
-from rezolus_ue.samplers.base import Roots, SamplerContext
 from rezolus_ue.samplers.cpu import frequency
 from rezolus_ue.samplers.cpu.frequency import (
     CpuFrequency,
@@ -40,16 +45,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 PROCFS = FIXTURES / "procfs"
 SYSFS = FIXTURES / "sysfs"
 CPUINFO_CASES = ["freq_cpuinfo_x86", "freq_cpuinfo_offline", "freq_cpuinfo_arm64"]
-UPDATE = os.environ.get("REZOLUS_UE_UPDATE_GOLDEN") == "1"
 EMPTY = PROCFS / "no-such-root"
-
-
-def check_golden(golden: Path, got: object) -> None:
-    if UPDATE:
-        golden.write_text(json.dumps(got, indent=1) + "\n")
-    assert golden.exists(), f"{golden} missing: run with REZOLUS_UE_UPDATE_GOLDEN=1"
-    assert got == json.loads(golden.read_text()), (
-        f"{golden.name} differs; if intended, regenerate with REZOLUS_UE_UPDATE_GOLDEN=1")
 
 
 @pytest.mark.parametrize("case", CPUINFO_CASES)
@@ -107,41 +103,17 @@ def test_cpu_numbers_ignores_other_entries() -> None:
 # --- the sampler against fixture roots -------------------------------------------------
 
 
-class FakeHandle:
-    """Stands in for a user_events registration: an enable word and a record sink."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.word = ctypes.c_uint32(1 if enabled else 0)
-        self.payloads: list[bytes] = []
-
-    @property
-    def enabled(self) -> bool:
-        return self.word.value != 0
-
-    def write(self, payload: bytes) -> bool:
-        self.payloads.append(payload)
-        return True
-
-
 def make_sampler(procfs: Path, sysfs: Path,
                  enabled: bool = True) -> tuple[CpuFrequency, dict[str, FakeHandle]]:
-    opts = config.defaults(config.sampler_options({CpuFrequency.name: CpuFrequency.options}))
-    s = CpuFrequency(SamplerContext(Roots(procfs=procfs, sysfs=sysfs),
-                                    opts.samplers[CpuFrequency.name]))
-    s.start()
-    handles = {e.name: FakeHandle(enabled) for e in CpuFrequency.events()}
-    s.bind(handles)
-    return s, handles
+    return start_sampler(CpuFrequency, procfs, sysfs, enabled=enabled)
 
 
 def run(s: CpuFrequency, h: dict[str, FakeHandle]) -> list[dict]:
     try:
-        s.sample(1_000_000_000)
-        s.sample(1_100_000_000)
-        s.publish(1_100_000_000)
+        sample_twice(s)
     finally:
         s.close()
-    return [CPU_FREQUENCY.schema.unpack(p) for p in h[CPU_FREQUENCY.schema.name].payloads]
+    return decoded(CPU_FREQUENCY.schema, h)
 
 
 def test_frequency_is_not_oversampled() -> None:
@@ -176,13 +148,7 @@ def test_sampler_without_any_source_is_unavailable() -> None:
 
 def test_sampler_reads_nothing_without_consumer() -> None:
     s, h = make_sampler(EMPTY, SYSFS / "freq_cpufreq", enabled=False)
-    try:
-        assert s.read() == {}
-        s.sample(1)
-        s.publish(1)
-    finally:
-        s.close()
-    assert not any(x.payloads for x in h.values())
+    assert_silent_without_consumer(s, h)
 
 
 def test_offline_cpu_is_skipped_then_comes_back(tmp_path: Path,

@@ -11,25 +11,30 @@ CPUs); ``softirq_2631`` is hand-written in the Linux 2.6.31 format (no ``BLOCK_I
 
 from __future__ import annotations
 
-import ctypes
 import json
-import os
 import shutil
 import socket
 from pathlib import Path
 
 import pytest
+from helpers import (
+    FakeHandle,
+    assert_silent_without_consumer,
+    check_golden,
+    decoded,
+    new_sampler,
+    replace_in_place,
+    sample_twice,
+    start_sampler,
+)
 
-from rezolus_ue import config
 from rezolus_ue.errors import SamplerUnavailable
 from rezolus_ue.metrics.catalog import CPU_SOFTIRQ, SOFTIRQ_KINDS
 from rezolus_ue.perf_event import parse_cpu_list
-from rezolus_ue.samplers.base import Roots, SamplerContext
 from rezolus_ue.samplers.cpu.softirq import CpuSoftirq, parse_softirqs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "procfs"
 CASES = ["softirq_modern", "softirq_old", "softirq_2631"]
-UPDATE = os.environ.get("REZOLUS_UE_UPDATE_GOLDEN") == "1"
 FIELDS = ("cpu", *SOFTIRQ_KINDS)
 
 
@@ -40,12 +45,7 @@ def as_dicts(rows: dict[int, tuple[int, ...]]) -> list[dict[str, int]]:
 @pytest.mark.parametrize("case", CASES)
 def test_golden(case: str) -> None:
     got = as_dicts(parse_softirqs((FIXTURES / case / "softirqs").read_text()))
-    golden = FIXTURES / f"{case}.expected.json"
-    if UPDATE:
-        golden.write_text(json.dumps(got, indent=1) + "\n")
-    assert golden.exists(), f"{golden} missing: run with REZOLUS_UE_UPDATE_GOLDEN=1"
-    assert got == json.loads(golden.read_text()), (
-        f"{golden.name} differs; if intended, regenerate with REZOLUS_UE_UPDATE_GOLDEN=1")
+    check_golden(FIXTURES / f"{case}.expected.json", got)
 
 
 def test_modern_matches_the_file_column_by_column() -> None:
@@ -98,30 +98,8 @@ def test_parse(text: str, expected: list[tuple[int, ...]]) -> None:
 # --- the sampler against a fixture procfs root -----------------------------------------
 
 
-class FakeHandle:
-    """Stands in for a user_events registration: an enable word and a record sink."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.word = ctypes.c_uint32(1 if enabled else 0)
-        self.payloads: list[bytes] = []
-
-    @property
-    def enabled(self) -> bool:
-        return self.word.value != 0
-
-    def write(self, payload: bytes) -> bool:
-        self.payloads.append(payload)
-        return True
-
-
 def make_sampler(procfs: Path, enabled: bool = True) -> tuple[CpuSoftirq, dict[str, FakeHandle]]:
-    opts = config.defaults(config.sampler_options({CpuSoftirq.name: CpuSoftirq.options}))
-    s = CpuSoftirq(SamplerContext(Roots(procfs=procfs, sysfs=procfs / "no-sysfs"),
-                                  opts.samplers[CpuSoftirq.name]))
-    s.start()
-    handles = {e.name: FakeHandle(enabled) for e in CpuSoftirq.events()}
-    s.bind(handles)
-    return s, handles
+    return start_sampler(CpuSoftirq, procfs, procfs / "no-sysfs", enabled=enabled)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -129,16 +107,14 @@ def test_sampler_publishes_one_record_per_cpu(case: str) -> None:
     s, h = make_sampler(FIXTURES / case)
     try:
         assert s.wanted and s.dist_wanted
-        s.sample(1_000_000_000)
-        s.sample(1_100_000_000)
-        s.publish(1_100_000_000)
+        sample_twice(s)
     finally:
         s.close()
     expected = json.loads((FIXTURES / f"{case}.expected.json").read_text())
-    records = [CPU_SOFTIRQ.schema.unpack(p) for p in h[CPU_SOFTIRQ.schema.name].payloads]
+    records = decoded(CPU_SOFTIRQ.schema, h)
     assert records == expected
     assert CPU_SOFTIRQ.dist_schema is not None
-    dist = [CPU_SOFTIRQ.dist_schema.unpack(p) for p in h[CPU_SOFTIRQ.dist_schema.name].payloads]
+    dist = decoded(CPU_SOFTIRQ.dist_schema, h)
     assert len(dist) == len(expected) * len(SOFTIRQ_KINDS)
     by_key = {(d["cpu"], d["metric"]): d for d in dist}
     for row in expected:
@@ -150,14 +126,8 @@ def test_sampler_publishes_one_record_per_cpu(case: str) -> None:
 
 def test_sampler_reads_nothing_without_consumer() -> None:
     s, h = make_sampler(FIXTURES / "softirq_modern", enabled=False)
-    try:
-        assert not s.wanted
-        assert s.read() == {}
-        s.sample(1)
-        s.publish(1)
-    finally:
-        s.close()
-    assert not any(x.payloads for x in h.values())
+    assert not s.wanted
+    assert_silent_without_consumer(s, h)
 
 
 def test_sampler_rereads_the_kept_open_file(tmp_path: Path) -> None:
@@ -165,25 +135,19 @@ def test_sampler_rereads_the_kept_open_file(tmp_path: Path) -> None:
     s, h = make_sampler(tmp_path)
     try:
         s.sample(1_000_000_000)
-        # Rewrite in place (same inode, as procfs regenerates its text on every read).
-        with open(tmp_path / "softirqs", "r+") as f:
-            text = f.read().replace("123456", "123556")  # cpu0 TIMER +100
-            f.seek(0)
-            f.write(text)
+        replace_in_place(tmp_path / "softirqs", b"123456", b"123556")  # cpu0 TIMER +100
         s.sample(2_000_000_000)
         s.publish(2_000_000_000)
     finally:
         s.close()
     assert CPU_SOFTIRQ.dist_schema is not None
-    dist = [CPU_SOFTIRQ.dist_schema.unpack(p) for p in h[CPU_SOFTIRQ.dist_schema.name].payloads]
+    dist = decoded(CPU_SOFTIRQ.dist_schema, h)
     timer0 = next(d for d in dist if d["cpu"] == 0 and d["metric"] == "timer")
     assert (timer0["value"], timer0["max"]) == (123556, 100)
 
 
 def test_sampler_without_proc_softirqs_is_unavailable(tmp_path: Path) -> None:
-    opts = config.defaults(config.sampler_options({CpuSoftirq.name: ()}))
-    s = CpuSoftirq(SamplerContext(Roots(procfs=tmp_path, sysfs=tmp_path),
-                                  opts.samplers[CpuSoftirq.name]))
+    s = new_sampler(CpuSoftirq, tmp_path, tmp_path)
     with pytest.raises(SamplerUnavailable, match="softirqs"):
         s.start()
 

@@ -9,9 +9,7 @@ and review the diff.
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import json
 import mmap
 import os
 import shutil
@@ -19,11 +17,18 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import (
+    FakeHandle,
+    check_golden,
+    decoded,
+    new_sampler,
+    replace_in_place,
+    sample_twice,
+    start_sampler,
+)
 
-from rezolus_ue import config
 from rezolus_ue.errors import SamplerUnavailable
 from rezolus_ue.metrics.catalog import MEMORY, MEMORY_PRESSURE, MEMORY_VMSTAT
-from rezolus_ue.samplers import Roots, SamplerContext
 from rezolus_ue.samplers import memory as memory_mod
 from rezolus_ue.samplers.memory import (
     PSI_RESOURCES,
@@ -38,7 +43,6 @@ from rezolus_ue.samplers.memory import (
 
 FIXTURES = Path(__file__).parent / "fixtures" / "procfs" / "memory"
 CASES = ["modern", "old", "v5_10", "psi_irq"]
-UPDATE = os.environ.get("REZOLUS_UE_UPDATE_GOLDEN") == "1"
 NO_SYSFS = Path(__file__).parent / "fixtures" / "sysfs" / "no-such-tree"
 
 MEM_FIELDS = [m.name for m in MEMORY.scalars]
@@ -60,13 +64,7 @@ def parse_case(case: str) -> dict[str, object]:
 
 @pytest.mark.parametrize("case", CASES)
 def test_golden(case: str) -> None:
-    got = parse_case(case)
-    golden = FIXTURES / f"{case}.expected.json"
-    if UPDATE:
-        golden.write_text(json.dumps(got, indent=1) + "\n")
-    assert golden.exists(), f"{golden} missing: run with REZOLUS_UE_UPDATE_GOLDEN=1"
-    assert got == json.loads(golden.read_text()), (
-        f"{golden.name} differs; if intended, regenerate with REZOLUS_UE_UPDATE_GOLDEN=1")
+    check_golden(FIXTURES / f"{case}.expected.json", parse_case(case))
 
 
 # --- meminfo -----------------------------------------------------------------------------
@@ -216,71 +214,38 @@ def test_pressure_ppm_is_exact() -> None:
 # --- the sampler against a fixture procfs root -------------------------------------------
 
 
-class FakeHandle:
-    """Stands in for a user_events registration: an enable word and a record sink."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.word = ctypes.c_uint32(1 if enabled else 0)
-        self.payloads: list[bytes] = []
-
-    @property
-    def enabled(self) -> bool:
-        return self.word.value != 0
-
-    def write(self, payload: bytes) -> bool:
-        self.payloads.append(payload)
-        return True
-
-
-def default_options() -> dict[str, object]:
-    return {o.key: o.convert(o.default) for o in config.SAMPLER_OPTIONS + Memory.options}
-
-
 def make_sampler(procfs: Path, enabled: bool = True) -> tuple[Memory, dict[str, FakeHandle]]:
-    s = Memory(SamplerContext(Roots(procfs=procfs, sysfs=NO_SYSFS), default_options()))
-    s.start()
-    handles = {e.name: FakeHandle(enabled) for e in Memory.events()}
-    s.bind(handles)
-    return s, handles
-
-
-def run(s: Memory) -> None:
-    t = 1_000_000_000
-    s.sample(t)
-    s.sample(t + 100_000_000)
-    s.publish(t + 100_000_000)
+    return start_sampler(Memory, procfs, NO_SYSFS, enabled=enabled)
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_sampler_end_to_end(case: str) -> None:
     s, h = make_sampler(FIXTURES / case)
     try:
-        run(s)
+        sample_twice(s)
     finally:
         s.close()
     want = parse_case(case)
-    mem = [MEMORY.schema.unpack(p) for p in h[MEMORY.event].payloads]
+    mem = decoded(MEMORY.schema, h)
     assert mem == [want["meminfo"]]
-    vm = [MEMORY_VMSTAT.schema.unpack(p) for p in h[MEMORY_VMSTAT.event].payloads]
+    vm = decoded(MEMORY_VMSTAT.schema, h)
     assert vm == [want["vmstat"]]
-    psi = [MEMORY_PRESSURE.schema.unpack(p) for p in h[MEMORY_PRESSURE.event].payloads]
+    psi = decoded(MEMORY_PRESSURE.schema, h)
     assert psi == [{"resource": r, **v} for r, v in want["pressure"].items()]  # type: ignore[union-attr]
     # _dist: one record per oversampled metric (and resource); the fixture did not change
     # between the two samples, so counter rates are 0 and gauges are their level.
     assert MEMORY.dist_schema is not None
-    dist = [MEMORY.dist_schema.unpack(p) for p in h[f"{MEMORY.event}_dist"].payloads]
+    dist = decoded(MEMORY.dist_schema, h)
     assert [d["metric"] for d in dist] == [m.name for m in MEMORY.dist_metrics]
     for d in dist:
         level = want["meminfo"][d["metric"]]  # type: ignore[index]
         assert (d["value"], d["p50"], d["max"]) == (level, level, level)
     assert MEMORY_VMSTAT.dist_schema is not None
-    vdist = [MEMORY_VMSTAT.dist_schema.unpack(p)
-             for p in h[f"{MEMORY_VMSTAT.event}_dist"].payloads]
+    vdist = decoded(MEMORY_VMSTAT.dist_schema, h)
     assert len(vdist) == len(MEMORY_VMSTAT.dist_metrics)
     assert all(d["max"] == 0 for d in vdist)
     assert MEMORY_PRESSURE.dist_schema is not None
-    pdist = [MEMORY_PRESSURE.dist_schema.unpack(p)
-             for p in h[f"{MEMORY_PRESSURE.event}_dist"].payloads]
+    pdist = decoded(MEMORY_PRESSURE.dist_schema, h)
     assert len(pdist) == len(want["pressure"]) * len(MEMORY_PRESSURE.dist_metrics)  # type: ignore[arg-type]
 
 
@@ -303,7 +268,7 @@ def test_sampler_detail(case: str, detail: str) -> None:
 def test_sampler_without_psi_publishes_no_pressure() -> None:
     s, h = make_sampler(FIXTURES / "old")
     try:
-        run(s)
+        sample_twice(s)
     finally:
         s.close()
     assert len(h[MEMORY.event].payloads) == 1
@@ -324,7 +289,7 @@ def test_sampler_psi_disabled_at_boot(monkeypatch: pytest.MonkeyPatch) -> None:
     s, h = make_sampler(FIXTURES / "psi_irq")
     try:
         assert s.detail.startswith("PSI unavailable: disabled (psi=0")
-        run(s)
+        sample_twice(s)
     finally:
         s.close()
     assert len(h[MEMORY.event].payloads) == 1
@@ -347,7 +312,7 @@ def test_sampler_reads_only_wanted_families() -> None:
 
 
 def test_sampler_without_any_source_cannot_start(tmp_path: Path) -> None:
-    s = Memory(SamplerContext(Roots(procfs=tmp_path, sysfs=tmp_path), default_options()))
+    s = new_sampler(Memory, tmp_path, tmp_path)
     with pytest.raises(SamplerUnavailable, match=r"meminfo unavailable.*vmstat unavailable"
                                                  r".*PSI unavailable"):
         s.start()
@@ -359,7 +324,7 @@ def test_sampler_without_meminfo_still_runs(tmp_path: Path) -> None:
     s, h = make_sampler(tmp_path)
     try:
         assert s.detail.startswith("meminfo unavailable: ")
-        run(s)
+        sample_twice(s)
     finally:
         s.close()
     assert h[MEMORY.event].payloads == []
@@ -374,11 +339,7 @@ def test_sampler_rereads_the_kept_open_files(tmp_path: Path) -> None:
         # Rewrite in place (same inode, as procfs regenerates its text on every read).
         for name, old, new in (("vmstat", b"pgfault 20134512344", b"pgfault 20134513344"),
                                ("pressure/io", b"total=912034512", b"total=912134512")):
-            p = tmp_path / name
-            data = p.read_bytes().replace(old, new)
-            with open(p, "r+b") as f:
-                f.truncate(0)
-                f.write(data)
+            replace_in_place(tmp_path / name, old, new)
         s.sample(1_500_000_000)
         s.publish(1_500_000_000)
     finally:
@@ -386,11 +347,9 @@ def test_sampler_rereads_the_kept_open_files(tmp_path: Path) -> None:
     vm = MEMORY_VMSTAT.schema.unpack(h[MEMORY_VMSTAT.event].payloads[0])
     assert vm["page_faults"] == 20134513344
     assert MEMORY_VMSTAT.dist_schema is not None
-    rates = {d["metric"]: d["max"] for d in (MEMORY_VMSTAT.dist_schema.unpack(p)
-                                              for p in h[f"{MEMORY_VMSTAT.event}_dist"].payloads)}
+    rates = {d["metric"]: d["max"] for d in decoded(MEMORY_VMSTAT.dist_schema, h)}
     assert rates["page_faults"] == 2000  # 1000 faults in 0.5 s
-    psi = {r["resource"]: r for r in (MEMORY_PRESSURE.schema.unpack(p)
-                                      for p in h[MEMORY_PRESSURE.event].payloads)}
+    psi = {r["resource"]: r for r in decoded(MEMORY_PRESSURE.schema, h)}
     assert psi["io"]["some_stall_us"] == 912134512
 
 
@@ -401,19 +360,17 @@ def test_sampler_rereads_the_kept_open_files(tmp_path: Path) -> None:
 def test_host_sampler_runs_with_what_this_kernel_has() -> None:
     s, h = make_sampler(Path("/proc"))
     try:
-        run(s)
+        sample_twice(s)
     finally:
         s.close()
     assert len(h[MEMORY.event].payloads) == 1
     assert len(h[MEMORY_VMSTAT.event].payloads) == 1
     have = [r for r in PSI_RESOURCES if Path("/proc/pressure", r).exists()]
-    got = [MEMORY_PRESSURE.schema.unpack(p)["resource"]
-           for p in h[MEMORY_PRESSURE.event].payloads]
+    got = [r["resource"] for r in decoded(MEMORY_PRESSURE.schema, h)]
     assert got == have
     if "irq" not in have and have:
         assert "PSI irq unavailable" in s.detail
-    for p in h[MEMORY_PRESSURE.event].payloads:
-        r = MEMORY_PRESSURE.schema.unpack(p)
+    for r in decoded(MEMORY_PRESSURE.schema, h):
         assert 0 <= r["some_avg10_ppm"] <= 1_000_000  # type: ignore[operator]
         assert 0 <= r["full_avg10_ppm"] <= 1_000_000  # type: ignore[operator]
 

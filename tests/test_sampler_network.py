@@ -11,7 +11,6 @@ tests/test_sampler_network.py`` and review the diff. The fixtures are described 
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import json
 import os
@@ -24,11 +23,19 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import (
+    FailingFile,
+    FakeHandle,
+    assert_silent_without_consumer,
+    check_golden,
+    decoded,
+    sample_twice,
+    start_sampler,
+)
 
 from rezolus_ue import config
 from rezolus_ue.errors import SamplerUnavailable
 from rezolus_ue.metrics.catalog import NETWORK
-from rezolus_ue.samplers.base import Roots, SamplerContext
 from rezolus_ue.samplers.network import interfaces as ni
 from rezolus_ue.samplers.network.interfaces import (
     COUNTERS,
@@ -44,18 +51,9 @@ from rezolus_ue.samplers.network.interfaces import (
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sysfs" / "network"
 NETLINK = FIXTURES / "netlink"
-UPDATE = os.environ.get("REZOLUS_UE_UPDATE_GOLDEN") == "1"
 HDR = struct.Struct("=IHHII")
 NLA = struct.Struct("=HH")
 GETLINK_SEQ, GETSTATS_SEQ = 1, 2
-
-
-def check_golden(got: object, golden: Path) -> None:
-    if UPDATE:
-        golden.write_text(json.dumps(got, indent=1) + "\n")
-    assert golden.exists(), f"{golden} missing: run with REZOLUS_UE_UPDATE_GOLDEN=1"
-    assert got == json.loads(golden.read_text()), (
-        f"{golden.name} differs; if intended, regenerate with REZOLUS_UE_UPDATE_GOLDEN=1")
 
 
 def named(rows: dict) -> dict:
@@ -128,7 +126,7 @@ GETLINK_OLD = (NETLINK / "getlink-old.bin").read_bytes()
 def test_golden_link_dump(capture: str) -> None:
     rows, done = parse_link_dump((NETLINK / f"{capture}.bin").read_bytes(), GETLINK_SEQ)
     assert done
-    check_golden(named(rows), NETLINK / f"{capture}.expected.json")
+    check_golden(NETLINK / f"{capture}.expected.json", named(rows))
 
 
 def test_golden_stats_dump() -> None:
@@ -136,8 +134,8 @@ def test_golden_stats_dump() -> None:
     names, done2 = parse_link_names(GETLINK, GETLINK_SEQ)
     assert done and done2
     assert names == {1: "lo", 2: "ifb0", 3: "ifb1", 4: "eth0"}
-    check_golden({names[i]: named(stats)[str(i)] for i in stats},
-                 NETLINK / "getstats-modern.expected.json")
+    check_golden(NETLINK / "getstats-modern.expected.json",
+                 {names[i]: named(stats)[str(i)] for i in stats})
 
 
 def test_old_capture_is_modern_without_stats64() -> None:
@@ -274,7 +272,7 @@ def test_golden_sysfs(case: str) -> None:
         rows = links.read()
     finally:
         links.close()
-    check_golden(named(rows), FIXTURES / f"{case}.expected.json")
+    check_golden(FIXTURES / f"{case}.expected.json", named(rows))
 
 
 def test_sysfs_values_are_the_files() -> None:
@@ -321,14 +319,6 @@ def test_sysfs_list_is_refreshed_at_most_once_a_second(tmp_path: Path) -> None:
         links.close()
 
 
-class Vanished:
-    def read(self) -> bytes:
-        raise OSError(errno.ENODEV, "No such device")
-
-    def close(self) -> None:
-        pass
-
-
 def test_sysfs_interface_removed_between_refreshes(tmp_path: Path) -> None:
     net = tmp_path / "class" / "net"
     add_interface(net, "eth0", 1)
@@ -338,7 +328,8 @@ def test_sysfs_interface_removed_between_refreshes(tmp_path: Path) -> None:
     try:
         links.read()
         links._files["eth0"][3].close()
-        links._files["eth0"][3] = Vanished()  # type: ignore[call-overload]
+        links._files["eth0"][3] = FailingFile(  # type: ignore[call-overload]
+            errno.ENODEV, "No such device")
         assert list(links.read()) == ["eth1"]  # ENODEV: dropped, not an error
         clock.ns = 2_000_000_000
         assert list(links.read()) == ["eth0", "eth1"]  # back after the next refresh
@@ -438,33 +429,10 @@ def test_rtnl_kernel_without_getstats_dumps_links() -> None:
 # --- the sampler -------------------------------------------------------------------------
 
 
-class FakeHandle:
-    """Stands in for a user_events registration: an enable word and a record sink."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.word = ctypes.c_uint32(1 if enabled else 0)
-        self.payloads: list[bytes] = []
-
-    @property
-    def enabled(self) -> bool:
-        return self.word.value != 0
-
-    def write(self, payload: bytes) -> bool:
-        self.payloads.append(payload)
-        return True
-
-
 def make_sampler(sysfs: Path, enabled: bool = True, **options: object
                  ) -> tuple[NetworkInterfaces, dict[str, FakeHandle]]:
-    opts = config.defaults(config.sampler_options({NetworkInterfaces.name:
-                                                   NetworkInterfaces.options}))
-    sopts = dict(opts.samplers[NetworkInterfaces.name])
-    sopts.update(options)
-    s = NetworkInterfaces(SamplerContext(Roots(procfs=sysfs / "no-procfs", sysfs=sysfs), sopts))
-    s.start()
-    handles = {e.name: FakeHandle(enabled) for e in NetworkInterfaces.events()}
-    s.bind(handles)
-    return s, handles
+    return start_sampler(NetworkInterfaces, sysfs / "no-procfs", sysfs, enabled=enabled,
+                         **options)
 
 
 def test_default_options() -> None:
@@ -480,16 +448,14 @@ def test_sampler_publishes_one_record_per_interface(case: str) -> None:
     try:
         assert s.source == "sysfs" and s.detail == ""
         assert s.wanted and s.dist_wanted
-        s.sample(1_000_000_000)
-        s.sample(1_100_000_000)
-        s.publish(1_100_000_000)
+        sample_twice(s)
     finally:
         s.close()
     expected = json.loads((FIXTURES / f"{case}.expected.json").read_text())
-    records = [NETWORK.schema.unpack(p) for p in h[NETWORK.schema.name].payloads]
+    records = decoded(NETWORK.schema, h)
     assert records == [{"interface": name, **v} for name, v in expected.items()]
     assert NETWORK.dist_schema is not None
-    dist = [NETWORK.dist_schema.unpack(p) for p in h[NETWORK.dist_schema.name].payloads]
+    dist = decoded(NETWORK.dist_schema, h)
     assert len(dist) == len(expected) * len(COUNTERS)
     for d in dist:
         # Nothing changed between the two samples: total as read, rate 0.
@@ -503,20 +469,14 @@ def test_sampler_options_filter_interfaces() -> None:
         s.publish(1)
     finally:
         s.close()
-    records = [NETWORK.schema.unpack(p) for p in h[NETWORK.schema.name].payloads]
+    records = decoded(NETWORK.schema, h)
     assert [r["interface"] for r in records] == ["eth0", "lo"]
 
 
 def test_sampler_reads_nothing_without_consumer() -> None:
     s, h = make_sampler(FIXTURES / "modern", enabled=False)
-    try:
-        assert not s.wanted
-        assert s.read() == {}
-        s.sample(1)
-        s.publish(1)
-    finally:
-        s.close()
-    assert not any(x.payloads for x in h.values())
+    assert not s.wanted
+    assert_silent_without_consumer(s, h)
 
 
 def test_sampler_without_class_net_is_unavailable(tmp_path: Path) -> None:

@@ -10,19 +10,24 @@ tests/test_sampler_network_protocol.py`` and review the diff. The cases are desc
 
 from __future__ import annotations
 
-import ctypes
 import json
-import os
 import shutil
 import socket
 from pathlib import Path
 
 import pytest
+from helpers import (
+    FakeHandle,
+    check_golden,
+    decoded,
+    new_sampler,
+    replace_in_place,
+    sample_twice,
+    start_sampler,
+)
 
-from rezolus_ue import config
 from rezolus_ue.errors import SamplerUnavailable
 from rezolus_ue.metrics.catalog import TCP, UDP
-from rezolus_ue.samplers.base import Roots, SamplerContext
 from rezolus_ue.samplers.network.protocol import (
     SOURCES,
     NetworkProtocol,
@@ -34,7 +39,6 @@ from rezolus_ue.samplers.network.protocol import (
 
 FIXTURES = Path(__file__).parent / "fixtures" / "procfs" / "network_protocol"
 CASES = ["modern", "old", "no_netstat"]
-UPDATE = os.environ.get("REZOLUS_UE_UPDATE_GOLDEN") == "1"
 TCP_NAMES = tuple(m.name for m in TCP.scalars)
 UDP_NAMES = tuple(m.name for m in UDP.scalars)
 SNMP_WANTED = {**wanted_columns(TCP, "snmp"), **wanted_columns(UDP, "snmp")}
@@ -61,13 +65,7 @@ def table(text: str, prefix: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("case", CASES)
 def test_golden(case: str) -> None:
-    got = parse_case(FIXTURES / case)
-    golden = FIXTURES / f"{case}.expected.json"
-    if UPDATE:
-        golden.write_text(json.dumps(got, indent=1) + "\n")
-    assert golden.exists(), f"{golden} missing: run with REZOLUS_UE_UPDATE_GOLDEN=1"
-    assert got == json.loads(golden.read_text()), (
-        f"{golden.name} differs; if intended, regenerate with REZOLUS_UE_UPDATE_GOLDEN=1")
+    check_golden(FIXTURES / f"{case}.expected.json", parse_case(FIXTURES / case))
 
 
 def test_sources_cover_the_catalog_exactly() -> None:
@@ -141,31 +139,9 @@ def test_family_row_defaults_to_zero() -> None:
 # --- the sampler against fixture roots ---------------------------------------------------
 
 
-class FakeHandle:
-    """Stands in for a user_events registration: an enable word and a record sink."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.word = ctypes.c_uint32(1 if enabled else 0)
-        self.payloads: list[bytes] = []
-
-    @property
-    def enabled(self) -> bool:
-        return self.word.value != 0
-
-    def write(self, payload: bytes) -> bool:
-        self.payloads.append(payload)
-        return True
-
-
 def make_sampler(procfs: Path, enabled: bool = True
                  ) -> tuple[NetworkProtocol, dict[str, FakeHandle]]:
-    opts = config.defaults(config.sampler_options({NetworkProtocol.name: ()}))
-    s = NetworkProtocol(SamplerContext(Roots(procfs=procfs, sysfs=procfs / "no-sysfs"),
-                                       opts.samplers[NetworkProtocol.name]))
-    s.start()
-    handles = {e.name: FakeHandle(enabled) for e in NetworkProtocol.events()}
-    s.bind(handles)
-    return s, handles
+    return start_sampler(NetworkProtocol, procfs, procfs / "no-sysfs", enabled=enabled)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -173,17 +149,15 @@ def test_sampler_publishes_one_record_per_family(case: str) -> None:
     s, h = make_sampler(FIXTURES / case)
     try:
         assert s.wanted and s.dist_wanted
-        s.sample(1_000_000_000)
-        s.sample(1_100_000_000)
-        s.publish(1_100_000_000)
+        sample_twice(s)
     finally:
         s.close()
     expected = json.loads((FIXTURES / f"{case}.expected.json").read_text())
     for fam, key, names in ((TCP, "tcp", TCP_NAMES), (UDP, "udp", UDP_NAMES)):
-        records = [fam.schema.unpack(p) for p in h[fam.schema.name].payloads]
+        records = decoded(fam.schema, h)
         assert records == [expected[key]]
         assert fam.dist_schema is not None
-        dist = [fam.dist_schema.unpack(p) for p in h[fam.dist_schema.name].payloads]
+        dist = decoded(fam.dist_schema, h)
         assert [d["metric"] for d in dist] == list(names)
         for d in dist:
             # The files did not change between the two samples: total as read, rate 0.
@@ -219,25 +193,20 @@ def test_sampler_rereads_the_kept_open_files(tmp_path: Path) -> None:
     s, h = make_sampler(tmp_path)
     try:
         s.sample(1_000_000_000)
-        snmp = tmp_path / "net" / "snmp"
-        with open(snmp, "r+") as f:  # in place: same inode, as procfs regenerates its text
-            text = f.read().replace("Udp: 135780 39 0 92236", "Udp: 135780 49 0 92236")
-            f.seek(0)
-            f.write(text)
+        replace_in_place(tmp_path / "net" / "snmp", b"Udp: 135780 39 0 92236",
+                         b"Udp: 135780 49 0 92236")
         s.sample(2_000_000_000)
         s.publish(2_000_000_000)
     finally:
         s.close()
     assert UDP.dist_schema is not None
-    dist = [UDP.dist_schema.unpack(p) for p in h[UDP.dist_schema.name].payloads]
+    dist = decoded(UDP.dist_schema, h)
     no_ports = next(d for d in dist if d["metric"] == "no_ports")
     assert (no_ports["value"], no_ports["max"]) == (49, 10)
 
 
 def test_sampler_without_proc_net_snmp_is_unavailable(tmp_path: Path) -> None:
-    opts = config.defaults(config.sampler_options({NetworkProtocol.name: ()}))
-    s = NetworkProtocol(SamplerContext(Roots(procfs=tmp_path, sysfs=tmp_path),
-                                       opts.samplers[NetworkProtocol.name]))
+    s = new_sampler(NetworkProtocol, tmp_path, tmp_path)
     with pytest.raises(SamplerUnavailable, match="snmp"):
         s.start()
 

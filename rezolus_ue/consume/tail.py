@@ -25,7 +25,7 @@ same as: sudo perf record -e 'user_events:rezolus_*' -a -o - | perf script -i -"
 
 
 def format_text(r: Record, wall_offset_ns: int) -> str:
-    """Return one record as a line: local time, event, then field=value pairs."""
+    """Return one record as a line: local time, [writing CPU], event, field=value pairs."""
     t = (r.time_ns + wall_offset_ns) / 1e9
     stamp = time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t * 1e6) % 1_000_000:06d}"
     parts = []
@@ -40,7 +40,8 @@ def format_text(r: Record, wall_offset_ns: int) -> str:
             parts.append(f"{k}={v.hex()}")
         else:
             parts.append(f"{k}={v}")
-    return f"{stamp} {r.event} cpu={r.cpu} " + " ".join(parts)
+    # perf script's layout: the CPU the record was written on in brackets, then the event.
+    return f"{stamp} [{r.cpu:03d}] {r.event}: " + " ".join(parts)
 
 
 def format_json(r: Record, wall_offset_ns: int) -> str:
