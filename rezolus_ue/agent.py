@@ -152,10 +152,13 @@ class Agent:
             if not sampler.wanted:
                 if st.status == "active":
                     log.info("%s: no consumer left, idle", st.name)
+                    self._call(st, sampler.deactivate)
                 st.status = "idle"
                 continue
             if st.status != "active":
                 log.info("%s: consumer attached, sampling", st.name)
+                if not self._call(st, sampler.activate):
+                    continue  # retried next tick
             st.status = "active"
             dist = sampler.dist_wanted
             oversampling |= dist
@@ -176,6 +179,19 @@ class Agent:
             st.reason = sampler.detail  # samplers update it as they learn (e.g. cgroup)
         self._write_status()
         return oversampling
+
+    def _call(self, st: SamplerState, hook) -> bool:  # type: ignore[no-untyped-def]
+        """Run an activate/deactivate hook; count and log a failure instead of raising."""
+        try:
+            hook()
+        except Exception as e:
+            self.sampler_errors += 1
+            st.errors += 1
+            if st.errors == 1 or st.errors % 100 == 0:
+                log.error("sampler %s: %s failed (%d errors): %s", st.name, hook.__name__,
+                          st.errors, e)
+            return False
+        return True
 
     def run(self, wake_fd: int, should_stop) -> None:  # type: ignore[no-untyped-def]
         """Loop until ``should_stop()``; ``wake_fd`` interrupts the sleep.
@@ -225,6 +241,8 @@ class Agent:
         for st in self.states.values():
             if st.sampler is not None:
                 try:
+                    if st.status == "active":
+                        st.sampler.deactivate()
                     st.sampler.close()
                 except Exception as e:
                     log.debug("closing sampler %s: %s", st.name, e)

@@ -109,6 +109,12 @@ class Sampler(ABC):
         h = self.handles.get(schema.name) if schema is not None else None
         return h is not None and bool(h.word.value)
 
+    def activate(self) -> None:  # noqa: B027 - optional hook
+        """A consumer arrived: acquire what only consumed sampling needs (attach BPF)."""
+
+    def deactivate(self) -> None:  # noqa: B027 - optional hook
+        """The last consumer left: release it again (detach BPF programs)."""
+
     def sample(self, t_ns: int, full: bool = True) -> None:  # noqa: B027 - optional hook
         """Read the sources once (monotonic time ``t_ns``).
 
