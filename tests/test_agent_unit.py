@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import json
 import logging
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import FakeHandle
 
 from rezolus_ue import config
 from rezolus_ue.agent import Agent, SamplerState, read_status
@@ -35,22 +35,6 @@ PROCESS_FIELDS = {"pid", "cpu_user_ns", "cpu_system_ns", "rss_bytes", "fds", "th
 FAKE = Family("rezolus_fake", "fake", "A fake family.", (),
               (counter("n", "ops", "operations"),))
 assert FAKE.dist_schema is not None
-
-
-class FakeHandle:
-    """Stands in for a user_events registration: an enable word and a record sink."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.word = ctypes.c_uint32(1 if enabled else 0)
-        self.payloads: list[bytes] = []
-
-    @property
-    def enabled(self) -> bool:
-        return self.word.value != 0
-
-    def write(self, payload: bytes) -> bool:
-        self.payloads.append(payload)
-        return True
 
 
 class FakeSampler(Sampler):

@@ -10,18 +10,15 @@ both trees in a temporary directory.
 
 from __future__ import annotations
 
-import ctypes
-import json
 import os
 import shutil
 import time
 from pathlib import Path
 
 import pytest
+from helpers import FakeHandle, check_golden, decoded, new_sampler, rewrite_in_place, start_sampler
 
-from rezolus_ue import config
 from rezolus_ue.metrics.catalog import CPU_CORES
-from rezolus_ue.samplers import Roots, SamplerContext, options
 from rezolus_ue.samplers.cpu.usage import CpuUsage, busy_ppm, parse_proc_stat_cpus
 from rezolus_ue.schema import CPU_USAGE
 
@@ -29,7 +26,6 @@ FIXTURES = Path(__file__).parent / "fixtures" / "procfs"
 CASES = ["modern", "old", "offline"]
 #: The online cpulist of each case (sysfs), matching its cpuN lines.
 ONLINE = {"modern": "0-1\n", "old": "0-1\n", "offline": "0,2\n"}
-UPDATE = os.environ.get("REZOLUS_UE_UPDATE_GOLDEN") == "1"
 #: USER_HZ=100: a fixed tick so the golden files do not depend on the host.
 TICK_NS = 10_000_000
 #: What parse_proc_stat_cpus returns: the label and the eight time counters (not busy_ppm).
@@ -54,12 +50,7 @@ def test_cpu_usage_fields() -> None:
 def test_golden(case: str) -> None:
     text = (FIXTURES / case / "stat").read_text()
     got = {"tick_ns": TICK_NS, "rows": rows_as_dicts(parse_proc_stat_cpus(text, TICK_NS))}
-    golden = FIXTURES / f"{case}.expected.json"
-    if UPDATE:
-        golden.write_text(json.dumps(got, indent=1) + "\n")
-    assert golden.exists(), f"{golden} missing: run with REZOLUS_UE_UPDATE_GOLDEN=1"
-    assert got == json.loads(golden.read_text()), (
-        f"{golden.name} differs; if intended, regenerate with REZOLUS_UE_UPDATE_GOLDEN=1")
+    check_golden(FIXTURES / f"{case}.expected.json", got)
 
 
 def parse_fixture(case: str) -> list[dict[str, int]]:
@@ -142,22 +133,6 @@ def test_busy_ppm(now: tuple[int, ...], before: tuple[int, ...] | None, ppm: int
 # --- the sampler against a fixture root --------------------------------------------------
 
 
-class FakeHandle:
-    """Stands in for a user_events registration: an enable word and a record sink."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.word = ctypes.c_uint32(1 if enabled else 0)
-        self.payloads: list[bytes] = []
-
-    @property
-    def enabled(self) -> bool:
-        return self.word.value != 0
-
-    def write(self, payload: bytes) -> bool:
-        self.payloads.append(payload)
-        return True
-
-
 class Handles(dict):
     """The sampler's three handles, by event name."""
 
@@ -168,7 +143,7 @@ class Handles(dict):
     def records(self, name: str) -> list[dict[str, object]]:
         schema = {CPU_USAGE.name: CPU_USAGE, CPU_USAGE_DIST: CpuUsage.families[0].dist_schema,
                   CPU_CORES.schema.name: CPU_CORES.schema}[name]
-        return [schema.unpack(p) for p in self[name].payloads]  # type: ignore[union-attr]
+        return decoded(schema, self)
 
 
 def make_root(tmp_path: Path, stat: str, online: str = "0-1\n") -> Path:
@@ -186,22 +161,11 @@ def case_root(tmp_path: Path, case: str) -> Path:
 
 
 def make_sampler(root: Path, handles: Handles) -> CpuUsage:
-    opts = config.defaults(options()).samplers["cpu_usage"]
-    s = CpuUsage(SamplerContext(Roots(procfs=root / "proc", sysfs=root / "sys"), opts))
-    s.start()
-    s.bind(handles)
-    return s
+    return start_sampler(CpuUsage, root / "proc", root / "sys", handles=handles)[0]
 
 
 def host_tick_ns() -> int:
     return 1_000_000_000 // os.sysconf("SC_CLK_TCK")
-
-
-def rewrite(path: Path, text: str) -> None:
-    """Rewrite in place (same inode, as procfs regenerates its text on every read)."""
-    with open(path, "r+") as f:
-        f.truncate(0)
-        f.write(text)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -247,7 +211,7 @@ def test_sampler_reads_only_wanted_families(tmp_path: Path) -> None:
     h = Handles(usage=True, dist=False, cores=False)
     s = make_sampler(root, h)
     # Unparseable: reading it would raise, so a passing sample proves it was not read.
-    rewrite(root / "sys" / "devices" / "system" / "cpu" / "online", "garbage\n")
+    rewrite_in_place(root / "sys" / "devices" / "system" / "cpu" / "online", "garbage\n")
     try:
         s.sample(0)
         s.publish(0)
@@ -277,9 +241,9 @@ def test_sampler_oversamples_busy_ppm(tmp_path: Path) -> None:
     tick = host_tick_ns()
     try:
         s.sample(0)  # busy since boot: 200 of 1000 ticks
-        rewrite(root / "proc" / "stat", "cpu0 150 0 150 900 0 0 0 0\n")
+        rewrite_in_place(root / "proc" / "stat", "cpu0 150 0 150 900 0 0 0 0\n")
         s.sample(100_000_000)  # 100 of 200 ticks busy
-        rewrite(root / "proc" / "stat", "cpu0 250 0 150 900 0 0 0 0\n")
+        rewrite_in_place(root / "proc" / "stat", "cpu0 250 0 150 900 0 0 0 0\n")
         s.sample(200_000_000)  # all busy
         s.publish(200_000_000)
     finally:
@@ -302,8 +266,8 @@ def test_sampler_rereads_the_kept_open_files(tmp_path: Path) -> None:
     try:
         s.sample(0)
         s.publish(0)
-        rewrite(root / "proc" / "stat", "cpu  1 1 1 1\ncpu5 9 0 0 0\n")
-        rewrite(root / "sys" / "devices" / "system" / "cpu" / "online", "5\n")
+        rewrite_in_place(root / "proc" / "stat", "cpu  1 1 1 1\ncpu5 9 0 0 0\n")
+        rewrite_in_place(root / "sys" / "devices" / "system" / "cpu" / "online", "5\n")
         s.sample(1_000_000_000)
         s.publish(1_000_000_000)
     finally:
@@ -327,24 +291,21 @@ def test_sampler_publishes_nothing_it_did_not_sample(tmp_path: Path) -> None:
 
 
 def test_sampler_without_proc_stat_cannot_start(tmp_path: Path) -> None:
-    opts = config.defaults(options()).samplers["cpu_usage"]
-    s = CpuUsage(SamplerContext(Roots(procfs=tmp_path, sysfs=tmp_path), opts))
+    s = new_sampler(CpuUsage, tmp_path, tmp_path)
     with pytest.raises(OSError, match="stat"):
         s.start()
 
 
 def test_sampler_without_sysfs_online_cannot_start(tmp_path: Path) -> None:
     shutil.copy(FIXTURES / "modern" / "stat", tmp_path / "stat")
-    opts = config.defaults(options()).samplers["cpu_usage"]
-    s = CpuUsage(SamplerContext(Roots(procfs=tmp_path, sysfs=tmp_path / "nosys"), opts))
+    s = new_sampler(CpuUsage, tmp_path, tmp_path / "nosys")
     with pytest.raises(OSError, match="online"):
         s.start()
 
 
 def test_failed_start_leaks_no_fd(tmp_path: Path) -> None:
     shutil.copy(FIXTURES / "modern" / "stat", tmp_path / "stat")
-    opts = config.defaults(options()).samplers["cpu_usage"]
-    s = CpuUsage(SamplerContext(Roots(procfs=tmp_path, sysfs=tmp_path / "nosys"), opts))
+    s = new_sampler(CpuUsage, tmp_path, tmp_path / "nosys")
     before = len(os.listdir("/proc/self/fd"))
     with pytest.raises(OSError):
         s.start()

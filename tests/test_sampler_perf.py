@@ -7,16 +7,15 @@ There is no text parser here, so no golden files: the sysfs roots are made in tm
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 import os
 import time
 from pathlib import Path
 
 import pytest
+from helpers import FakeHandle, decoded, median_read_us, new_sampler, start_sampler
 
 from rezolus_ue import perf_event as pe
-from rezolus_ue.config import SAMPLER_OPTIONS
 from rezolus_ue.errors import (
     KernelFeatureMissing,
     PermissionDenied,
@@ -25,24 +24,7 @@ from rezolus_ue.errors import (
 )
 from rezolus_ue.metrics.catalog import PERF_HARDWARE, PERF_SOFTWARE
 from rezolus_ue.samplers import perf
-from rezolus_ue.samplers.base import Roots, SamplerContext
 from rezolus_ue.samplers.perf import PerfHardware, PerfSoftware, ipc_milli, scaled_delta
-
-
-class FakeHandle:
-    """Stands in for a user_events registration: an enable word and a record sink."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.word = ctypes.c_uint32(1 if enabled else 0)
-        self.payloads: list[bytes] = []
-
-    @property
-    def enabled(self) -> bool:
-        return self.word.value != 0
-
-    def write(self, payload: bytes) -> bool:
-        self.payloads.append(payload)
-        return True
 
 
 def sysfs(tmp_path: Path, online: str = "0-1", pmus: tuple[str, ...] = ()) -> Path:
@@ -53,27 +35,6 @@ def sysfs(tmp_path: Path, online: str = "0-1", pmus: tuple[str, ...] = ()) -> Pa
     for p in pmus:
         (tmp_path / "bus" / "event_source" / "devices" / p).mkdir(parents=True)
     return tmp_path
-
-
-def options(cls: type) -> dict[str, object]:
-    return {o.key: o.convert(o.default) for o in SAMPLER_OPTIONS + cls.options}
-
-
-def make(cls: type, sysfs_root: Path, **over: object):  # type: ignore[no-untyped-def]
-    opts = options(cls) | over
-    s = cls(SamplerContext(Roots(procfs=Path("/proc"), sysfs=sysfs_root), opts))
-    s.start()
-    handles = {e.name: FakeHandle() for e in cls.events()}
-    s.bind(handles)
-    return s, handles
-
-
-def records(family, handles) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
-    return [family.schema.unpack(p) for p in handles[family.schema.name].payloads]
-
-
-def dist_records(family, handles) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
-    return [family.dist_schema.unpack(p) for p in handles[family.dist_schema.name].payloads]
 
 
 # --- arithmetic ------------------------------------------------------------------------
@@ -189,7 +150,7 @@ def by_cpu_config(cpu: int, config: int) -> FakeEvent:
 
 
 def test_software_end_to_end(fake_perf: type[FakePerfEvent], tmp_path: Path) -> None:
-    s, h = make(PerfSoftware, sysfs(tmp_path, "0,2"))
+    s, h = start_sampler(PerfSoftware, sysfs=sysfs(tmp_path, "0,2"))
     try:
         assert sorted({e.cpu for e in FakeEvent.opened}) == [0, 2]
         assert len(FakeEvent.opened) == 6
@@ -205,18 +166,18 @@ def test_software_end_to_end(fake_perf: type[FakePerfEvent], tmp_path: Path) -> 
     finally:
         s.close()
     assert all(e.closed for e in FakeEvent.opened)
-    assert records(PERF_SOFTWARE, h) == [
+    assert decoded(PERF_SOFTWARE.schema, h) == [
         {"cpu": 0, "context_switches": 10, "cpu_migrations": 1, "page_faults": 200},
         {"cpu": 2, "context_switches": 12, "cpu_migrations": 1, "page_faults": 200},
     ]
-    dist = {(d["cpu"], d["metric"]): d for d in dist_records(PERF_SOFTWARE, h)}
+    dist = {(d["cpu"], d["metric"]): d for d in decoded(PERF_SOFTWARE.dist_schema, h)}
     assert dist[(0, "context_switches")]["max"] == 20  # 10 in half a second
     assert dist[(2, "page_faults")]["p50"] == 400
 
 
 def test_software_not_wanted_reads_nothing(fake_perf: type[FakePerfEvent],
                                            tmp_path: Path) -> None:
-    s, h = make(PerfSoftware, sysfs(tmp_path))
+    s, h = start_sampler(PerfSoftware, sysfs=sysfs(tmp_path))
     try:
         for handle in h.values():
             handle.word.value = 0
@@ -231,7 +192,7 @@ def test_software_permission_denied_names_the_remedy(fake_perf: type[FakePerfEve
                                                      tmp_path: Path) -> None:
     fake_perf.fail[pe.PERF_TYPE_SOFTWARE] = pe._open_error(
         1, pe.PerfEventAttr(type=pe.PERF_TYPE_SOFTWARE), -1, 0)  # EPERM
-    s = PerfSoftware(SamplerContext(Roots(sysfs=sysfs(tmp_path)), options(PerfSoftware)))
+    s = new_sampler(PerfSoftware, sysfs=sysfs(tmp_path))
     with pytest.raises(SamplerUnavailable, match=r"perf_event_paranoid.*CAP_PERFMON") as ei:
         s.start()
     assert ei.value.sampler == "perf_software"
@@ -240,8 +201,7 @@ def test_software_permission_denied_names_the_remedy(fake_perf: type[FakePerfEve
 
 def test_software_closes_what_it_opened_on_failure(fake_perf: type[FakePerfEvent],
                                                    tmp_path: Path) -> None:
-    s = PerfSoftware(SamplerContext(Roots(sysfs=sysfs(tmp_path, "0-3")),
-                                    options(PerfSoftware)))
+    s = new_sampler(PerfSoftware, sysfs=sysfs(tmp_path, "0-3"))
     orig = FakePerfEvent.software.__func__  # type: ignore[attr-defined]
 
     def flaky(cls, config: int, cpu: int, pid: int = -1, **kw: object) -> FakeEvent:  # type: ignore[no-untyped-def]
@@ -260,13 +220,13 @@ def test_software_closes_what_it_opened_on_failure(fake_perf: type[FakePerfEvent
 
 def test_missing_online_file_is_unavailable(fake_perf: type[FakePerfEvent],
                                             tmp_path: Path) -> None:
-    s = PerfSoftware(SamplerContext(Roots(sysfs=tmp_path), options(PerfSoftware)))
+    s = new_sampler(PerfSoftware, sysfs=tmp_path)
     with pytest.raises(SamplerUnavailable, match="online CPUs"):
         s.start()
 
 
 def test_hardware_grouped_scaled_ipc(fake_perf: type[FakePerfEvent], tmp_path: Path) -> None:
-    s, h = make(PerfHardware, sysfs(tmp_path, "0"))
+    s, h = start_sampler(PerfHardware, sysfs=sysfs(tmp_path, "0"))
     try:
         cyc, ins, bm = (by_cpu_config(0, c) for c in perf.HARDWARE_COUNTERS)
         assert cyc.group_fd == -1 and ins.group_fd == bm.group_fd == cyc.fd
@@ -284,7 +244,7 @@ def test_hardware_grouped_scaled_ipc(fake_perf: type[FakePerfEvent], tmp_path: P
     finally:
         s.close()
     assert first == {(0,): (1000, 2000, 10, 2000)}
-    assert records(PERF_HARDWARE, h) == [
+    assert decoded(PERF_HARDWARE.schema, h) == [
         {"cpu": 0, "cycles": 3000, "instructions": 3000, "branch_misses": 18,
          "ipc_milli": 500},
     ]
@@ -294,7 +254,7 @@ def test_hardware_counters_never_go_back(fake_perf: type[FakePerfEvent],
                                          tmp_path: Path) -> None:
     """Scaling whole totals (value x enabled / running) can fall when the share of time on
     the PMU rises; scaling each increment cannot."""
-    s, _h = make(PerfHardware, sysfs(tmp_path, "0"))
+    s, _h = start_sampler(PerfHardware, sysfs=sysfs(tmp_path, "0"))
     try:
         evs = [by_cpu_config(0, c) for c in perf.HARDWARE_COUNTERS]
         totals = []
@@ -313,7 +273,7 @@ def test_hardware_no_pmu(fake_perf: type[FakePerfEvent], tmp_path: Path) -> None
     fake_perf.fail[pe.PERF_TYPE_HARDWARE] = KernelFeatureMissing("hardware perf counters",
                                                                  "no PMU")
     root = sysfs(tmp_path, "0-1", ("software", "tracepoint", "breakpoint"))
-    s = PerfHardware(SamplerContext(Roots(sysfs=root), options(PerfHardware)))
+    s = new_sampler(PerfHardware, sysfs=root)
     with pytest.raises(SamplerUnavailable, match=r"no PMU exposed by this CPU/VM.*"
                                                  r"breakpoint, software, tracepoint") as ei:
         s.start()
@@ -323,7 +283,7 @@ def test_hardware_no_pmu(fake_perf: type[FakePerfEvent], tmp_path: Path) -> None
 def test_hardware_permission_denied(fake_perf: type[FakePerfEvent], tmp_path: Path) -> None:
     fake_perf.fail[pe.PERF_TYPE_HARDWARE] = PermissionDenied("refused: kernel.perf_event_"
                                                              "paranoid=2; run as root")
-    s = PerfHardware(SamplerContext(Roots(sysfs=sysfs(tmp_path)), options(PerfHardware)))
+    s = new_sampler(PerfHardware, sysfs=sysfs(tmp_path))
     with pytest.raises(SamplerUnavailable, match="perf_event_paranoid=2; run as root"):
         s.start()
 
@@ -331,7 +291,7 @@ def test_hardware_permission_denied(fake_perf: type[FakePerfEvent], tmp_path: Pa
 def test_hardware_group_refused_falls_back(fake_perf: type[FakePerfEvent],
                                            tmp_path: Path) -> None:
     fake_perf.fail_grouped = RezolusError("perf_event_open(...) was rejected as invalid")
-    s, _h = make(PerfHardware, sysfs(tmp_path, "0-1"))
+    s, _h = start_sampler(PerfHardware, sysfs=sysfs(tmp_path, "0-1"))
     try:
         assert "not grouped" in s.detail
         live = [e for e in FakeEvent.opened if not e.closed]
@@ -343,7 +303,7 @@ def test_hardware_group_refused_falls_back(fake_perf: type[FakePerfEvent],
 
 
 def test_hardware_ungrouped_option(fake_perf: type[FakePerfEvent], tmp_path: Path) -> None:
-    s, _h = make(PerfHardware, sysfs(tmp_path, "0-1"), group=False)
+    s, _h = start_sampler(PerfHardware, sysfs=sysfs(tmp_path, "0-1"), group=False)
     try:
         assert len(FakeEvent.opened) == 6
         assert all(e.group_fd == -1 for e in FakeEvent.opened)
@@ -364,7 +324,7 @@ def total(s: PerfSoftware, column: int) -> int:
 @pytest.mark.host
 @root_only
 def test_host_context_switches_count_our_sleeps() -> None:
-    s, _h = make(PerfSoftware, Path("/sys"))
+    s, _h = start_sampler(PerfSoftware, sysfs=Path("/sys"))
     try:
         n = 50
         before = total(s, 0)
@@ -381,7 +341,7 @@ def test_host_context_switches_count_our_sleeps() -> None:
 def test_host_page_faults_count_fresh_memory() -> None:
     size = 64 << 20
     pages = size // mmap.PAGESIZE
-    s, _h = make(PerfSoftware, Path("/sys"))
+    s, _h = start_sampler(PerfSoftware, sysfs=Path("/sys"))
     try:
         m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         try:
@@ -401,7 +361,7 @@ def test_host_page_faults_count_fresh_memory() -> None:
 @pytest.mark.host
 @root_only
 def test_host_hardware_counts_or_says_why_not() -> None:
-    s = PerfHardware(SamplerContext(Roots(), options(PerfHardware)))
+    s = new_sampler(PerfHardware)
     try:
         s.start()
     except SamplerUnavailable as e:
@@ -431,16 +391,10 @@ def test_host_hardware_counts_or_says_why_not() -> None:
 @root_only
 def test_host_software_read_cost() -> None:
     """Median cost of one read() with the family wanted (reported; loosely bounded)."""
-    s, _h = make(PerfSoftware, Path("/sys"))
+    s, _h = start_sampler(PerfSoftware, sysfs=Path("/sys"))
     try:
-        times = []
-        for _ in range(1000):
-            t0 = time.perf_counter_ns()
-            s.read()
-            times.append(time.perf_counter_ns() - t0)
+        median_us = median_read_us(s)
     finally:
         s.close()
-    times.sort()
-    median_us = times[len(times) // 2] / 1000
     print(f"perf_software read(): median {median_us:.1f} us")
     assert median_us < 2000

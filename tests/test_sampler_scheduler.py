@@ -15,9 +15,7 @@ has no /proc/schedstat), ``sched_modern/schedstat`` hand-written in the version 
 
 from __future__ import annotations
 
-import ctypes
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -25,11 +23,17 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import (
+    FakeHandle,
+    check_golden,
+    decoded,
+    replace_in_place,
+    sample_twice,
+    start_sampler,
+)
 
-from rezolus_ue import config
 from rezolus_ue.errors import SamplerUnavailable
 from rezolus_ue.metrics.catalog import SCHEDULER, SCHEDULER_CPU
-from rezolus_ue.samplers.base import Roots, SamplerContext
 from rezolus_ue.samplers.scheduler import (
     Scheduler,
     parse_schedstat,
@@ -39,7 +43,6 @@ from rezolus_ue.samplers.scheduler import (
 
 FIXTURES = Path(__file__).parent / "fixtures" / "procfs"
 CASES = ["sched_modern", "sched_v15", "sched_v14", "sched_old"]
-UPDATE = os.environ.get("REZOLUS_UE_UPDATE_GOLDEN") == "1"
 SCHED_FIELDS = SCHEDULER.schema.field_names
 CPU_FIELDS = SCHEDULER_CPU.schema.field_names
 
@@ -58,13 +61,7 @@ def parse_case(case: str) -> dict[str, object]:
 
 @pytest.mark.parametrize("case", CASES)
 def test_golden(case: str) -> None:
-    got = parse_case(case)
-    golden = FIXTURES / f"{case}.expected.json"
-    if UPDATE:
-        golden.write_text(json.dumps(got, indent=1) + "\n")
-    assert golden.exists(), f"{golden} missing: run with REZOLUS_UE_UPDATE_GOLDEN=1"
-    assert got == json.loads(golden.read_text()), (
-        f"{golden.name} differs; if intended, regenerate with REZOLUS_UE_UPDATE_GOLDEN=1")
+    check_golden(FIXTURES / f"{case}.expected.json", parse_case(case))
 
 
 def test_modern_stat_matches_the_file() -> None:
@@ -119,47 +116,19 @@ def test_parse_schedstat(text: bytes, version: int, rows: list[tuple[int, ...]])
 # --- the sampler against a fixture procfs root -----------------------------------------
 
 
-class FakeHandle:
-    """Stands in for a user_events registration: an enable word and a record sink."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.word = ctypes.c_uint32(1 if enabled else 0)
-        self.payloads: list[bytes] = []
-
-    @property
-    def enabled(self) -> bool:
-        return self.word.value != 0
-
-    def write(self, payload: bytes) -> bool:
-        self.payloads.append(payload)
-        return True
-
-
 def make_sampler(procfs: Path, enabled: bool = True) -> tuple[Scheduler, dict[str, FakeHandle]]:
-    opts = config.defaults(config.sampler_options({Scheduler.name: Scheduler.options}))
-    s = Scheduler(SamplerContext(Roots(procfs=procfs, sysfs=procfs / "no-sysfs"),
-                                 opts.samplers[Scheduler.name]))
-    s.start()
-    handles = {e.name: FakeHandle(enabled) for e in Scheduler.events()}
-    s.bind(handles)
-    return s, handles
+    return start_sampler(Scheduler, procfs, procfs / "no-sysfs", enabled=enabled)
 
 
 def decode(h: dict[str, FakeHandle]) -> dict[str, list[dict]]:
-    out = {}
-    for fam in Scheduler.families:
-        for schema in fam.schemas:
-            out[schema.name] = [schema.unpack(p) for p in h[schema.name].payloads]
-    return out
+    return {schema.name: decoded(schema, h) for schema in Scheduler.events()}
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_sampler_end_to_end(case: str) -> None:
     s, h = make_sampler(FIXTURES / case)
     try:
-        s.sample(1_000_000_000)
-        s.sample(1_100_000_000)
-        s.publish(1_100_000_000)
+        sample_twice(s)
         detail = s.detail
     finally:
         s.close()
@@ -221,11 +190,7 @@ def test_sampler_rates(tmp_path: Path) -> None:
         s.sample(1_000_000_000)
         for path, old, new in ((tmp_path / "stat", b"ctxt 669688", b"ctxt 669788"),
                                (tmp_path / "schedstat", b" 123456789 ", b" 123556789 ")):
-            # Rewrite in place (same inode, as procfs regenerates its text on every read).
-            with open(path, "r+b") as f:
-                data = f.read().replace(old, new)
-                f.seek(0)
-                f.write(data)
+            replace_in_place(path, old, new)
         s.sample(1_500_000_000)
         s.publish(1_500_000_000)
     finally:
