@@ -16,11 +16,14 @@ if command -v apt-get >/dev/null 2>&1 && [ -r /etc/os-release ] && grep -qi ubun
     perf_pkg="linux-tools-common linux-tools-generic"
 fi
 
-pkgs="ca-certificates libbpf1 $perf_pkg"
+# libbpf1 loads the BPF samplers; clang, llvm, bpftool and libbpf-dev build their
+# CO-RE objects once (bpf/), on any machine with BTF.
+pkgs="ca-certificates libbpf1 $perf_pkg clang llvm libbpf-dev bpftool"
 python3 -c 'import ensurepip, venv' 2>/dev/null || pkgs="$pkgs python3-venv python3-pip"
 if [ "$dev" = 1 ]; then
     # udev: without it virtme-ng cannot find its virtio-serial ports (output is lost).
-    pkgs="$pkgs qemu-system-x86 udev man-db groff-base tmux"
+    # prometheus: the exporter's test scrapes it with a real server.
+    pkgs="$pkgs qemu-system-x86 udev man-db groff-base tmux prometheus"
 fi
 
 missing=""
@@ -35,8 +38,17 @@ if [ -n "$missing" ]; then
     say "installing:$missing"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
+    # Ubuntu ships bpftool inside linux-tools-*: take what this release has.
+    avail=""
+    for p in $missing; do
+        if apt-cache show "$p" >/dev/null 2>&1; then avail="$avail $p"; else say "no package $p here; skipped"; fi
+    done
     # shellcheck disable=SC2086
-    apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    apt-get install -y -qq --no-install-recommends $avail >/dev/null
+    # The Debian prometheus package starts a server; tests run their own.
+    if command -v systemctl >/dev/null 2>&1; then
+        systemctl disable --now prometheus prometheus-node-exporter >/dev/null 2>&1 || true
+    fi
 fi
 
 if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
@@ -49,4 +61,8 @@ extra=""
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".$extra" 2>&1 \
     | grep -v -e "^WARNING: Location" -e "Running pip as the 'root' user" >&2 || true
 .venv/bin/python -c 'import rezolus_ue, tracefs_tools' || { say "install failed"; exit 1; }
+# CO-RE objects for the BPF samplers (built once; without them those samplers say why).
+if [ -r /sys/kernel/btf/vmlinux ]; then
+    .venv/bin/python -m rezolus_ue.bpf.build >&2 || say "BPF objects not built: BPF samplers unavailable"
+fi
 say "ready: .venv/bin/rezolus-ue"

@@ -130,7 +130,7 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     """Return the parser's option actions (not positionals, not the subcommand action)."""
-    return [a for a in parser._actions if a.option_strings]
+    return [a for a in parser._actions if a.option_strings and a.help != argparse.SUPPRESS]
 
 
 def toml_value(value: object) -> str:

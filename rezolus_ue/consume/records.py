@@ -31,9 +31,11 @@ class Record:
         return h2.decode_sparse(data) if isinstance(data, bytes | bytearray) else None
 
     def to_json(self) -> dict[str, object]:
-        """Return a JSON-serialisable dict (buckets as {index: count})."""
+        """Return a JSON-serialisable dict (buckets as {index: count}); the writing CPU and
+        pid are ``common_cpu`` and ``common_pid``."""
+        # common_* as in ftrace: events have fields named cpu or pid of their own.
         out: dict[str, object] = {"event": self.event, "time_ns": self.time_ns,
-                                  "cpu": self.cpu, "pid": self.pid}
+                                  "common_cpu": self.cpu, "common_pid": self.pid}
         for k, v in self.fields.items():
             if k == "buckets" and isinstance(v, bytes | bytearray):
                 counts = h2.decode_sparse(v)

@@ -11,6 +11,7 @@ import json
 import sys
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TextIO
 
 from .records import Record
@@ -20,6 +21,7 @@ examples:
   sudo rezolus-ue tail                              every event
   sudo rezolus-ue tail rezolus_cpu_usage            one event
   sudo rezolus-ue tail 'rezolus_memory*' --format json | jq .available_bytes
+  rezolus-ue tail --from /var/tmp/rec.rzr rezolus_cpu_usage
 
 same as: sudo perf record -e 'user_events:rezolus_*' -a -o - | perf script -i -"""
 
@@ -64,8 +66,18 @@ def write_records(records: Iterable[Record], fmt: str, out: TextIO,
 
 def run(args: argparse.Namespace) -> int:
     """Follow the selected events until interrupted (or --count records)."""
-    from .subscription import Subscription, monotonic_to_wall_offset_ns
+    from .subscription import Subscription, monotonic_to_wall_offset_ns, resolve_events
 
+    if args.source is not None:
+        from .recfile import read_meta, read_records
+
+        offset = int(read_meta(args.source).get("wall_offset_ns", 0))
+        names = resolve_events(args.events or None)
+        recs = read_records(args.source, events=names)
+        if args.count is not None:
+            recs = (r for i, r in zip(range(args.count), recs, strict=False))
+        write_records(recs, args.format, sys.stdout, offset)
+        return 0
     offset = monotonic_to_wall_offset_ns()
     seen = 0
     with Subscription(args.events or None, wait=not args.no_wait) as sub:
@@ -100,6 +112,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="exit after N records")
     p.add_argument("--no-wait", action="store_true",
                    help="exit at once if the agent is not running, instead of waiting")
+    p.add_argument("--from", dest="source", type=Path, metavar="FILE",
+                   help="print a recording (rezolus-ue record / dump output, a ring"
+                   " directory or Parquet) instead of live records")
     p.set_defaults(func=run)
 
 

@@ -307,6 +307,51 @@ AGENT_SAMPLER = Family(
     ),
 )
 
+# --- scheduler run queue (BPF) ---------------------------------------------------------
+
+_ATTACHED = gauge("attached_ns", "ns", "time the BPF programs were attached during the"
+                  " interval this record covers: the publish interval, or less on the"
+                  " first record after a consumer arrived (they attach only then)",
+                  dist=False)
+
+SCHEDULER_RUNQUEUE_LATENCY = Family(
+    "rezolus_scheduler_runqueue_latency", "scheduler_runqueue",
+    "Run-queue latency: how long tasks waited, runnable, for a CPU (from wakeup or"
+    " preemption to running; BPF on sched_wakeup, sched_wakeup_new, sched_switch).",
+    (),
+    (_ATTACHED, histogram("latency_ns", "ns", "time from runnable to running")),
+)
+
+SCHEDULER_RUNNING = Family(
+    "rezolus_scheduler_running", "scheduler_runqueue",
+    "How long tasks ran each time they got a CPU (switch-in to switch-out; BPF on"
+    " sched_switch).",
+    (),
+    (_ATTACHED, histogram("running_ns", "ns", "time from switch-in to switch-out")),
+)
+
+SCHEDULER_OFFCPU = Family(
+    "rezolus_scheduler_offcpu", "scheduler_runqueue",
+    "How long tasks were off-CPU between two runs (switch-out to the next switch-in,"
+    " run-queue wait included; BPF on sched_switch).",
+    (),
+    (_ATTACHED, histogram("offcpu_ns", "ns", "time from switch-out to the next switch-in")),
+)
+
+SCHEDULER_SWITCHES = Family(
+    "rezolus_scheduler_switches", "scheduler_runqueue",
+    "Context switches per CPU by kind, counted by BPF on sched_switch while a consumer is"
+    " attached (totals since the agent loaded the programs).",
+    (CPU,),
+    (
+        counter("voluntary", "switches", "the task left the CPU to sleep or wait",
+                dist=False),
+        counter("involuntary", "switches", "the task was preempted (or yielded) and stayed"
+                " runnable", dist=False),
+        counter("idle", "switches", "switches away from the idle task", dist=False),
+    ),
+)
+
 #: Every family, in documentation order.
 FAMILIES: tuple[Family, ...] = (
     CPU_USAGE, CPU_CORES, CPU_SOFTIRQ, CPU_FREQUENCY,
@@ -317,6 +362,7 @@ FAMILIES: tuple[Family, ...] = (
     PERF_SOFTWARE, PERF_HARDWARE,
     CGROUP_FAMILY,
     AGENT, AGENT_SAMPLER,
+    SCHEDULER_RUNQUEUE_LATENCY, SCHEDULER_RUNNING, SCHEDULER_OFFCPU, SCHEDULER_SWITCHES,
 )
 
 #: Status codes of AGENT_SAMPLER.status.

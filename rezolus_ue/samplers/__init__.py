@@ -16,12 +16,14 @@ from .network.interfaces import NetworkInterfaces
 from .network.protocol import NetworkProtocol
 from .perf import PerfHardware, PerfSoftware
 from .scheduler import Scheduler
+from .scheduler_runqueue import SchedulerRunqueue
 
 REGISTRY: dict[str, type[Sampler]] = {
     CpuUsage.name: CpuUsage,
     CpuSoftirq.name: CpuSoftirq,
     CpuFrequency.name: CpuFrequency,
     Scheduler.name: Scheduler,
+    SchedulerRunqueue.name: SchedulerRunqueue,
     Memory.name: Memory,
     BlockIO.name: BlockIO,
     NetworkInterfaces.name: NetworkInterfaces,

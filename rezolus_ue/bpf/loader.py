@@ -1,0 +1,286 @@
+"""Load a sampler's BPF object: one attach variant per hook chosen by probing the kernel.
+
+A BPF source may define each hook in several variants, told apart by section name:
+
+    SEC("tp_btf/sched_switch")        tp_btf      BTF-typed raw tracepoint (Linux >= 5.5)
+    SEC("raw_tp/sched_switch")        raw_tp      raw tracepoint (Linux >= 4.17)
+    SEC("tp/sched/sched_switch")      tracepoint  classic tracepoint (tracefs record)
+
+``BpfObject.load`` probes what the kernel supports, prefers tp_btf > raw_tp > tracepoint
+(Rezolus's order; the preference can be forced for tests), switches autoload off for the
+losers and loads the rest, so a verifier error surfaces at sampler start. Programs are
+attached by ``attach`` (a consumer arrived) and detached by ``detach`` (the last left);
+the maps and their contents survive detaching. ``array`` maps a ``BPF_F_MMAPABLE`` array
+into a NumPy view: reading it is a memory load, not a syscall.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import KernelFeatureMissing, SamplerUnavailable
+from . import build
+from .libbpf import (
+    BPF_PROG_TYPE_RAW_TRACEPOINT,
+    BPF_PROG_TYPE_TRACEPOINT,
+    BPF_PROG_TYPE_TRACING,
+    Btf,
+    Link,
+    Object,
+    Program,
+    num_possible_cpus,
+    probe_prog_type,
+)
+
+#: Attach kinds, most preferred first.
+ATTACH_KINDS = ("tp_btf", "raw_tp", "tracepoint")
+_PROG_TYPE = {"tp_btf": BPF_PROG_TYPE_TRACING, "raw_tp": BPF_PROG_TYPE_RAW_TRACEPOINT,
+              "tracepoint": BPF_PROG_TYPE_TRACEPOINT}
+
+
+@dataclass(frozen=True)
+class Hook:
+    """Where a program attaches: its kind, tracepoint name and (classic only) category."""
+
+    kind: str
+    tracepoint: str
+    category: str = ""
+
+
+def parse_section(section: str) -> Hook | None:
+    """Return the hook of a program's section name (None: not a tracepoint variant)."""
+    prefix, _, rest = section.partition("/")
+    if prefix == "tp_btf" and rest:
+        return Hook("tp_btf", rest)
+    if prefix in ("raw_tp", "raw_tracepoint") and rest:
+        return Hook("raw_tp", rest)
+    if prefix in ("tp", "tracepoint"):
+        cat, _, name = rest.partition("/")
+        if cat and name:
+            return Hook("tracepoint", name, cat)
+    return None
+
+
+@dataclass
+class Features:
+    """What this kernel supports, probed on first use; tracefs root injectable."""
+
+    tracefs: Path | None = Path("/sys/kernel/tracing")
+    _types: dict[str, bool] = field(default_factory=dict)
+    _btf_tps: dict[str, bool] = field(default_factory=dict)
+    _vmlinux: Btf | bool | None = None
+
+    def prog_type(self, kind: str) -> bool:
+        """Return True if the kernel loads programs of this attach kind.
+
+        tp_btf (BPF_PROG_TYPE_TRACING) is not probed by a test load (libbpf 1.1's probe
+        loads no attach target, so the kernel always refuses it): the ``btf_trace_*``
+        typedefs that ``btf_tracepoint`` looks for arrived in vmlinux BTF with tp_btf
+        itself (Linux 5.5), so their presence is the probe.
+        """
+        if kind == "tp_btf":
+            return True
+        if kind not in self._types:
+            self._types[kind] = probe_prog_type(_PROG_TYPE[kind])
+        return self._types[kind]
+
+    def btf_tracepoint(self, name: str) -> bool:
+        """Return True if vmlinux BTF declares tracepoint ``name`` (btf_trace_<name>)."""
+        if name not in self._btf_tps:
+            if self._vmlinux is None:
+                try:
+                    self._vmlinux = Btf.vmlinux()  # ~20 ms: parsed once per probing
+                except KernelFeatureMissing:
+                    self._vmlinux = False
+            vm = self._vmlinux
+            self._btf_tps[name] = isinstance(vm, Btf) and vm.has_tracepoint(name)
+        return self._btf_tps[name]
+
+    def release(self) -> None:
+        """Free the kernel BTF parsed for probing (the answers stay cached)."""
+        if self._vmlinux:
+            self._vmlinux.close()
+        self._vmlinux = None
+
+    def tracefs_event(self, name: str, category: str = "*") -> bool:
+        """Return True if tracefs lists event ``category/name``."""
+        if self.tracefs is None:
+            return False
+        events = self.tracefs / "events"
+        if category != "*":
+            return (events / category / name / "id").exists()
+        return any(events.glob(f"*/{name}/id"))
+
+    def supports(self, hook: Hook) -> bool:
+        """Return True if a program of ``hook`` can load and attach here."""
+        if not self.prog_type(hook.kind):
+            return False
+        if hook.kind == "tp_btf":
+            return self.btf_tracepoint(hook.tracepoint)
+        if hook.kind == "raw_tp":
+            return self.btf_tracepoint(hook.tracepoint) or self.tracefs_event(hook.tracepoint)
+        return self.tracefs_event(hook.tracepoint, hook.category)
+
+
+def choose(hooks: dict[str, Hook], features: Features, prefer: str = "auto") -> dict[str, str]:
+    """Return, for each tracepoint, the chosen attach kind.
+
+    ``hooks`` maps program name to hook. ``prefer`` "auto" takes the best supported kind
+    per tracepoint; a kind name forces it (KernelFeatureMissing if unsupported).
+    """
+    by_tp: dict[str, dict[str, Hook]] = {}
+    for h in hooks.values():
+        by_tp.setdefault(h.tracepoint, {})[h.kind] = h
+    out = {}
+    for tp, variants in by_tp.items():
+        kinds = [prefer] if prefer != "auto" else [k for k in ATTACH_KINDS if k in variants]
+        for k in kinds:
+            if k in variants and features.supports(variants[k]):
+                out[tp] = k
+                break
+        else:
+            tried = ", ".join(f"{k}/{tp}" for k in kinds) or "none"
+            raise KernelFeatureMissing(f"tracepoint {tp}",
+                                       f"none of the program variants ({tried}) can attach"
+                                       " on this kernel")
+    return out
+
+
+class BpfObject:
+    """A sampler's loaded BPF object: chosen programs, attach/detach, mmapped arrays."""
+
+    def __init__(self, name: str, *, path: str | Path | None = None, prefer: str = "auto",
+                 features: Features | None = None,
+                 per_cpu_maps: tuple[str, ...] = (),
+                 before_load: Callable[[Object], None] | None = None) -> None:
+        self.name = name
+        self.path = Path(path) if path else build.object_path(name)
+        self.prefer = prefer
+        self.features = features or Features()
+        self.per_cpu_maps = per_cpu_maps
+        #: Called with the opened object just before load: set .rodata/.data values here.
+        self.before_load = before_load
+        self.obj: Object | None = None
+        #: tracepoint -> chosen attach kind
+        self.chosen: dict[str, str] = {}
+        self.programs: list[Program] = []
+        self.links: list[Link] = []
+        self.load_ns = 0
+        self._maps: list[mmap.mmap] = []
+
+    def load(self) -> BpfObject:
+        """Open, pick the programs, size per-CPU maps and load; return self.
+
+        Raise SamplerUnavailable naming the build command when the object is missing, and
+        the binding's translated errors otherwise.
+        """
+        if not self.path.exists():
+            raise SamplerUnavailable(self.name, f"BPF object {self.path} is not built: run"
+                                     f" `{build.BUILD_COMMAND}` (needs clang, bpftool,"
+                                     " libbpf-dev)")
+        t0 = time.perf_counter_ns()
+        obj = Object(self.path)
+        try:
+            hooks = {n: h for n, p in obj.programs.items()
+                     if (h := parse_section(p.section)) is not None}
+            try:
+                self.chosen = choose(hooks, self.features, self.prefer)
+            finally:
+                self.features.release()
+            for n, p in obj.programs.items():
+                h = hooks.get(n)
+                p.autoload = h is None or self.chosen[h.tracepoint] == h.kind
+            self.programs = [p for p in obj.programs.values() if p.autoload]
+            if self.per_cpu_maps:
+                ncpu = num_possible_cpus()
+                for m in self.per_cpu_maps:
+                    obj.map(m).max_entries = ncpu
+            if self.before_load is not None:
+                self.before_load(obj)
+            obj.load()
+        except BaseException:
+            obj.close()
+            raise
+        self.obj = obj
+        self.load_ns = time.perf_counter_ns() - t0
+        return self
+
+    @property
+    def attach_kinds(self) -> str:
+        """Return the chosen kinds, e.g. ``"tp_btf"`` or ``"sched_switch=raw_tp, ..."``."""
+        kinds = set(self.chosen.values())
+        if len(kinds) == 1:
+            return kinds.pop()
+        return ", ".join(f"{tp}={k}" for tp, k in sorted(self.chosen.items()))
+
+    @property
+    def attached(self) -> bool:
+        """Return True while the programs are attached."""
+        return bool(self.links)
+
+    def attach(self) -> None:
+        """Attach every loaded program (all or none)."""
+        if self.links:
+            return
+        links = []
+        try:
+            for p in self.programs:
+                links.append(p.attach())
+        except BaseException:
+            for link in links:
+                link.destroy()
+            raise
+        self.links = links
+
+    def detach(self) -> None:
+        """Detach every program; maps keep their contents."""
+        links, self.links = self.links, []
+        for link in links:
+            link.destroy()
+
+    def _require(self) -> Object:
+        if self.obj is None:
+            raise RuntimeError(f"{self.name}: BPF object not loaded")
+        return self.obj
+
+    def array(self, map_name: str, dtype: np.dtype | type = np.uint64,
+              writable: bool = False) -> np.ndarray:
+        """Return a NumPy view of a BPF_F_MMAPABLE array's values (``max_entries`` long)."""
+        m = self._require().map(map_name)
+        mm = m.mmap(writable)
+        self._maps.append(mm)
+        dt = np.dtype(dtype)
+        if dt.itemsize != (m.value_size + 7) // 8 * 8:
+            raise ValueError(f"{map_name}: value stride {m.value_size} does not match"
+                             f" {dt} ({dt.itemsize} bytes)")
+        return np.frombuffer(mm, dtype=dt, count=m.max_entries)
+
+    def global_var(self, name: str, dtype: np.dtype | type = np.uint64,
+                   section: str = ".bss", writable: bool = True) -> np.ndarray:
+        """Return a one-element view of global variable ``name`` (mmapped ``section``)."""
+        obj = self._require()
+        off, size = obj.btf().datasec(section)[name]
+        dt = np.dtype(dtype)
+        if dt.itemsize != size:
+            raise ValueError(f"{name}: {size} bytes, not {dt}")
+        mm = obj.map(section).mmap(writable)
+        self._maps.append(mm)
+        return np.frombuffer(mm, dtype=dt, count=1, offset=off)
+
+    def close(self) -> None:
+        """Detach, unload and unmap (views still referenced keep their mapping alive)."""
+        self.detach()
+        for mm in self._maps:
+            with contextlib.suppress(BufferError):  # a view is still in use: GC unmaps
+                mm.close()
+        self._maps = []
+        if self.obj is not None:
+            self.obj.close()
+            self.obj = None

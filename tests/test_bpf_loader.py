@@ -1,0 +1,271 @@
+"""The libbpf binding and the loader: attach-kind choice (pure), error translation, and on
+the host: open, load, attach, detach, close; loading twice; a verifier rejection."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rezolus_ue.bpf import build
+from rezolus_ue.bpf.libbpf import BpfError, VerifierError, num_possible_cpus, translate
+from rezolus_ue.bpf.loader import Features, Hook, choose, parse_section
+from rezolus_ue.errors import (
+    KernelFeatureMissing,
+    PermissionDenied,
+    RezolusError,
+    SamplerUnavailable,
+)
+
+# --- pure ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("section", "hook"), [
+    ("tp_btf/sched_switch", Hook("tp_btf", "sched_switch")),
+    ("raw_tp/sched_wakeup", Hook("raw_tp", "sched_wakeup")),
+    ("raw_tracepoint/sched_wakeup", Hook("raw_tp", "sched_wakeup")),
+    ("tp/sched/sched_switch", Hook("tracepoint", "sched_switch", "sched")),
+    ("tracepoint/block/block_rq_issue", Hook("tracepoint", "block_rq_issue", "block")),
+    ("syscall", None),
+    ("kprobe/do_sys_open", None),
+    ("tp/sched", None),
+])
+def test_parse_section(section: str, hook: Hook | None) -> None:
+    assert parse_section(section) == hook
+
+
+class FakeFeatures(Features):
+    """Supports exactly the (kind, tracepoint) pairs given."""
+
+    def __init__(self, supported: set[tuple[str, str]]) -> None:
+        super().__init__(tracefs=None)
+        self.supported = supported
+
+    def supports(self, hook: Hook) -> bool:
+        return (hook.kind, hook.tracepoint) in self.supported
+
+
+HOOKS = {f"{k}_{tp}": Hook(k, tp, "sched" if k == "tracepoint" else "")
+         for k in ("tp_btf", "raw_tp", "tracepoint") for tp in ("sched_switch", "sched_wakeup")}
+
+
+@pytest.mark.parametrize(("supported", "prefer", "want"), [
+    ({("tp_btf", "sched_switch"), ("tp_btf", "sched_wakeup"), ("raw_tp", "sched_switch"),
+      ("raw_tp", "sched_wakeup")}, "auto",
+     {"sched_switch": "tp_btf", "sched_wakeup": "tp_btf"}),
+    ({("raw_tp", "sched_switch"), ("raw_tp", "sched_wakeup"),
+      ("tracepoint", "sched_switch")}, "auto",
+     {"sched_switch": "raw_tp", "sched_wakeup": "raw_tp"}),
+    ({("tracepoint", "sched_switch"), ("raw_tp", "sched_wakeup")}, "auto",
+     {"sched_switch": "tracepoint", "sched_wakeup": "raw_tp"}),
+    ({("tp_btf", "sched_switch"), ("tp_btf", "sched_wakeup"), ("tracepoint", "sched_switch"),
+      ("tracepoint", "sched_wakeup")}, "tracepoint",
+     {"sched_switch": "tracepoint", "sched_wakeup": "tracepoint"}),
+])
+def test_choose_prefers_tp_btf_then_raw_tp_then_tracepoint(
+        supported: set[tuple[str, str]], prefer: str, want: dict[str, str]) -> None:
+    assert choose(HOOKS, FakeFeatures(supported), prefer) == want
+
+
+def test_choose_fails_naming_the_tracepoint() -> None:
+    with pytest.raises(KernelFeatureMissing, match="sched_wakeup"):
+        choose(HOOKS, FakeFeatures({("tp_btf", "sched_switch")}))
+    with pytest.raises(KernelFeatureMissing, match="raw_tp/sched_switch"):
+        choose(HOOKS, FakeFeatures({("tp_btf", "sched_switch"), ("tp_btf", "sched_wakeup")}),
+               "raw_tp")
+
+
+def test_translate() -> None:
+    e = translate("loading x", errno.EPERM)
+    assert isinstance(e, PermissionDenied) and "CAP_BPF" in str(e) and "CAP_PERFMON" in str(e)
+    e = translate("loading x", errno.ESRCH, ["libbpf: failed to find valid kernel BTF"])
+    assert isinstance(e, KernelFeatureMissing) and "CONFIG_DEBUG_INFO_BTF" in str(e)
+    e = translate("attaching y", errno.EINVAL, ["libbpf: one", "libbpf: two"])
+    assert type(e) is BpfError and "libbpf: two" in str(e) and e.errno == errno.EINVAL
+
+
+def test_missing_object_names_the_build_command(tmp_path: Path) -> None:
+    from rezolus_ue.bpf.loader import BpfObject
+
+    with pytest.raises(SamplerUnavailable) as ei:
+        BpfObject("nothing", path=tmp_path / "nothing.bpf.o").load()
+    assert "-m rezolus_ue.bpf.build" in str(ei.value)
+
+
+def test_build_check_reports_stale(tmp_path: Path) -> None:
+    src = tmp_path / "x.bpf.c"
+    src.write_text("")
+    obj = tmp_path / "out" / "x.bpf.o"
+    assert build.is_stale(src, obj, tmp_path / "out", tmp_path)
+    obj.parent.mkdir()
+    obj.write_bytes(b"")
+    os.utime(src, ns=(1, 1))
+    assert not build.is_stale(src, obj, tmp_path / "out", tmp_path)
+    (tmp_path / "new.h").write_text("")
+    assert build.is_stale(src, obj, tmp_path / "out", tmp_path)
+
+
+# --- host ----------------------------------------------------------------------------
+
+
+def _host_ready() -> str:
+    if os.geteuid() != 0:
+        return "needs root"
+    if not build.VMLINUX_BTF.exists():
+        return "needs kernel BTF (/sys/kernel/btf/vmlinux)"
+    return ""
+
+
+@pytest.fixture(scope="module")
+def runqueue_object() -> Path:
+    why = _host_ready()
+    if why:
+        pytest.skip(why)
+    try:
+        (path,) = build.build(["scheduler_runqueue"])
+    except RezolusError as e:
+        pytest.skip(f"cannot build scheduler_runqueue.bpf.c: {e}")
+    return path
+
+
+def bpftool_json(*args: str) -> list[dict]:
+    """Return ``bpftool <args> -j`` parsed."""
+    tool = shutil.which("bpftool") or "/usr/sbin/bpftool"
+    if not Path(tool).exists():
+        pytest.skip("bpftool not installed")
+    return json.loads(subprocess.run([tool, *args, "-j"], capture_output=True,
+                                     check=True).stdout or b"[]")
+
+
+#: Program name prefix of each attach kind in scheduler_runqueue.bpf.c.
+PREFIX = {"tp_btf": "rq_btf_", "raw_tp": "rq_raw_", "tracepoint": "rq_tp_"}
+
+
+def eventually(cond, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    """Return True once ``cond()`` is true (the kernel frees programs and links after an
+    RCU grace period, not at close), False after ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def attached_prog_ids() -> set[int]:
+    """Return the ids of every program some BPF link attaches."""
+    return {ln["prog_id"] for ln in bpftool_json("link", "show") if "prog_id" in ln}
+
+
+def loaded_progs() -> dict[int, str]:
+    """Return id -> name of every loaded program."""
+    return {p["id"]: p.get("name", "") for p in bpftool_json("prog", "show")}
+
+
+@pytest.mark.host
+@pytest.mark.parametrize("prefer", ["auto", "tp_btf", "raw_tp", "tracepoint"])
+def test_open_load_attach_detach_close(runqueue_object: Path, prefer: str) -> None:
+    from rezolus_ue.bpf.loader import BpfObject
+
+    obj = BpfObject("scheduler_runqueue", path=runqueue_object, prefer=prefer,
+                    per_cpu_maps=("switches",)).load()
+    try:
+        want = PREFIX[obj.attach_kinds]
+        if prefer != "auto":
+            assert obj.attach_kinds == prefer
+        names = sorted(p.name for p in obj.programs)
+        assert names == sorted(want + s for s in ("switch", "wakenew", "wakeup"))
+        # The losers were not loaded.
+        assert all(p.fd < 0 for p in obj.obj.programs.values() if p not in obj.programs)
+        ids = {p.id for p in obj.programs}
+        progs = loaded_progs()
+        assert {progs[i] for i in ids} == set(names)
+        assert not ids & attached_prog_ids(), "attached before attach()"
+        obj.attach()
+        assert ids <= attached_prog_ids()
+        assert obj.attached
+        obj.detach()
+        assert eventually(lambda: not ids & attached_prog_ids()), "attached after detach()"
+        assert obj.obj.map("switches").max_entries == num_possible_cpus()
+    finally:
+        obj.close()
+    assert eventually(lambda: not ids & set(loaded_progs())), "loaded after close()"
+
+
+@pytest.mark.host
+def test_load_twice_side_by_side(runqueue_object: Path) -> None:
+    from rezolus_ue.bpf.loader import BpfObject
+
+    a = BpfObject("scheduler_runqueue", path=runqueue_object).load()
+    b = BpfObject("scheduler_runqueue", path=runqueue_object).load()
+    try:
+        a.attach()
+        b.attach()
+        ids = {p.id for p in a.programs} | {p.id for p in b.programs}
+        assert len(ids) == 6 and ids <= attached_prog_ids()
+    finally:
+        a.close()
+        b.close()
+    c = BpfObject("scheduler_runqueue", path=runqueue_object).load()
+    c.close()
+
+
+@pytest.mark.host
+def test_verifier_rejection_names_program_and_log() -> None:
+    why = _host_ready()
+    if why:
+        pytest.skip(why)
+    try:
+        path = build.build_test_object("broken")
+    except RezolusError as e:
+        pytest.skip(f"cannot build bpf/tests/broken.bpf.c: {e}")
+    from rezolus_ue.bpf.loader import BpfObject
+
+    with pytest.raises(VerifierError) as ei:
+        BpfObject("broken", path=path).load()
+    e = ei.value
+    assert e.program == "rzue_broken"
+    assert any("map_value_or_null" in ln for ln in e.verifier_log)
+    assert "rzue_broken" in str(e) and "map_value_or_null" in str(e)
+    assert 0 < len(e.verifier_log) <= 12
+
+
+#: Run in a child: drop every capability (uid stays 0, files stay readable), then load.
+_NO_CAPS_LOAD = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2: all zero
+if libc.capset(hdr, data) != 0:
+    print("CAPSET-FAILED", ctypes.get_errno())
+    sys.exit(0)
+from rezolus_ue.bpf.loader import BpfObject
+from rezolus_ue.errors import PermissionDenied
+try:
+    BpfObject("scheduler_runqueue", path=sys.argv[1]).load()
+except PermissionDenied as e:
+    print("DENIED", e)
+except Exception as e:
+    print("OTHER", type(e).__name__, e)
+else:
+    print("LOADED")
+"""
+
+
+@pytest.mark.host
+def test_load_without_capabilities_is_permission_denied(runqueue_object: Path) -> None:
+    p = subprocess.run([sys.executable, "-c", _NO_CAPS_LOAD, str(runqueue_object)],
+                       capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parent.parent)
+    out = p.stdout + p.stderr
+    if "CAPSET-FAILED" in out:
+        pytest.skip(f"cannot drop capabilities: {out}")
+    assert "DENIED" in out, out
+    assert "CAP_BPF" in out and "CAP_PERFMON" in out
