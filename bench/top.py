@@ -1,0 +1,142 @@
+"""Cost of ``rezolus-ue top``: ingesting one interval's records, building the frame, drawing it.
+
+    python bench/top.py [--frames 50] [--cpus 2,64] [--size 80x24,200x60]
+
+Builds realistic records (packed and decoded through the real schemas, as the subscription
+delivers them) for a machine of N CPUs with 4 disks, 4 interfaces, 50 cgroups and 12
+sampler histograms, and times per frame (median over ``--frames``):
+
+* ingest: ``Model.ingest`` + ``flush`` of one tick's records (rates, the frame commit);
+* render: ``render()`` building the screen's ``Text``;
+* draw: ``Live(screen=True).update(refresh=True)`` turning it into terminal output
+  (truecolour, to an in-memory file): rich's share.
+
+At one frame per second the sum is top's CPU share of one core (plus the subscription's
+decoding, measured with the consumer benchmarks). Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.live import Live  # noqa: E402
+
+from rezolus_ue import schema  # noqa: E402
+from rezolus_ue.consume.records import Record  # noqa: E402
+from rezolus_ue.consume.top import UiState, render  # noqa: E402
+from rezolus_ue.consume.top_model import Model  # noqa: E402
+from rezolus_ue.metrics import h2  # noqa: E402
+from rezolus_ue.metrics.family import histogram_records  # noqa: E402
+
+S = 1_000_000_000
+EVENTS = schema.by_name()
+SAMPLERS = ("cpu_usage", "cpu_softirq", "cpu_frequency", "scheduler", "memory", "blockio",
+            "network", "network_protocol", "perf_software", "perf_hardware", "cgroup", "agent")
+
+
+def _rec(event: str, t: int, *values: object) -> Record:
+    sch = EVENTS[event]
+    return Record(event, t, 0, 1, sch.unpack(sch.pack(*values)))
+
+
+def tick(ncpu: int, i: int) -> list[Record]:
+    """Return the records of the agent's ``i``-th publish tick (counters grow with ``i``)."""
+    t = i * S
+    out = []
+    for c in range(ncpu):
+        busy = (c * 7 + i) % 10 / 10
+        out.append(_rec("rezolus_cpu_usage", t, c, int(i * busy * 0.7 * S), 0,
+                        int(i * busy * 0.3 * S), int(i * (1 - busy) * S), 0, 0, 0, 0,
+                        int(busy * 1e6)))
+        out.append(_rec("rezolus_cpu_usage_dist", t, c, "busy_ppm", 0, 0, 0, 0,
+                        min(int(busy * 1.3e6), 1_000_000)))
+    out.append(_rec("rezolus_scheduler", t, i * 50_000, i * 20, 4, 0))
+    out.append(_rec("rezolus_memory", t, 64 << 30, 8 << 30, 40 << 30, 1 << 30, 24 << 30,
+                    50 << 20, 0, 2 << 30, 8 << 30, 8 << 30))
+    for d in range(4):
+        out.append(_rec("rezolus_blockio_device", t, f"nvme{d}n1", i * 300, i * 500, 0,
+                        i * 10, i * 300 * 4096, i * 500 * 16384, 0, i * 300 * 10**5,
+                        i * 500 * 2 * 10**5, i * S // 3, 3))
+    for n in range(4):
+        out.append(_rec("rezolus_network_interface", t, f"eth{n}", i * 10**8, i * 5 * 10**7,
+                        i * 70_000, i * 40_000, 0, 0, i, 0))
+    for g in range(50):
+        out.append(_rec("rezolus_cgroup", t, f"system.slice/service-{g}.service",
+                        i * g * S // 50, i * g * S // 100, i * g * S // 100, 0, 0,
+                        (g + 1) << 24, i * g << 16, i * g << 15, i * g, i * g))
+    out.append(_rec("rezolus_agent", t, 1, i * S, i * S // 200, i * S // 400, 60 << 20, 20, 2,
+                    i * 1000, 0, 0, 0, 12, 0))
+    sch = EVENTS["rezolus_agent_sampler"]
+    for k, name in enumerate(SAMPLERS):
+        counts = h2.new_counts()
+        h2.record(counts, [50 * (k + 1) + j * 13 for j in range(10)])
+        for r in histogram_records(sch, (name,), (1, i * 10, 0), counts):
+            out.append(Record(sch.name, t, 0, 1, sch.unpack(sch.pack(*r))))
+    return out
+
+
+def bench(ncpu: int, width: int, height: int, frames: int) -> dict[str, float]:
+    """Return the median ms per frame of ingest, render and draw, and the records per tick."""
+    ticks = [tick(ncpu, i) for i in range(1, frames + 3)]
+    model = Model(1.0, host="bench", kernel="6.8.0")
+    model.ingest(ticks[0])
+    model.flush()
+    out = io.StringIO()
+    console = Console(file=out, width=width, height=height, force_terminal=True,
+                      color_system="truecolor", legacy_windows=False)
+    # The same path as the real screen: Live in screen mode, refreshed by hand.
+    live = Live(console=console, screen=True, auto_refresh=False, redirect_stdout=False,
+                redirect_stderr=False)
+    live.start()
+    ui = UiState()
+    t_ingest, t_render, t_draw = [], [], []
+    for recs in ticks[1:]:
+        t0 = time.perf_counter()
+        model.ingest(recs)
+        model.flush()
+        t1 = time.perf_counter()
+        screen = render(model, width, height, ui)
+        t2 = time.perf_counter()
+        live.update(screen, refresh=True)
+        t3 = time.perf_counter()
+        out.seek(0)
+        out.truncate()
+        t_ingest.append(t1 - t0)
+        t_render.append(t2 - t1)
+        t_draw.append(t3 - t2)
+    live.stop()
+    return {"records": len(ticks[0]),
+            "ingest": statistics.median(t_ingest) * 1e3,
+            "render": statistics.median(t_render) * 1e3,
+            "draw": statistics.median(t_draw) * 1e3}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--frames", type=int, default=50)
+    ap.add_argument("--cpus", default="2,64")
+    ap.add_argument("--size", default="80x24,200x60")
+    args = ap.parse_args()
+    print(f"{'cpus':>5} {'size':>7} {'records':>8} {'ingest':>8} {'render':>8} {'draw':>8}"
+          f" {'total':>8} {'CPU @1Hz':>9}")
+    for ncpu in (int(x) for x in args.cpus.split(",")):
+        for size in args.size.split(","):
+            w, h = (int(x) for x in size.split("x"))
+            r = bench(ncpu, w, h, args.frames)
+            total = r["ingest"] + r["render"] + r["draw"]
+            print(f"{ncpu:>5} {size:>7} {r['records']:>8} {r['ingest']:>6.2f}ms"
+                  f" {r['render']:>6.2f}ms {r['draw']:>6.2f}ms {total:>6.2f}ms"
+                  f" {total / 10:>8.2f}%")  # total ms per 1000 ms, in percent
+
+
+if __name__ == "__main__":
+    main()
