@@ -96,9 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chk.add_argument("-c", "--config", metavar="FILE", type=Path,
                      help="check the samplers as configured in FILE (default: as `run`)")
-    from .consume import recorder, tail, top
+    from .consume import exporter, recorder, tail, top
 
-    for module in (top, tail, recorder):
+    for module in (top, tail, recorder, exporter):
         module.add_parser(sub)
     return p
 
