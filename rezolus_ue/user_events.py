@@ -17,7 +17,9 @@ Lifetime rules this module follows:
 * Fork: the child inherits the data fd and the kernel copies our enable registrations into
   the child's address space, so the child's copy of an enable word tracks the consumer
   state too, and the child may write with the inherited fd. A child's ``DIAG_IOCSUNREG``
-  affects only the child. The agent never forks after registering (see tests).
+  affects only the child. After a fork the pages are copy-on-write, so the kernel updates
+  an enable word from a workqueue (it must fault the page in) and the change lands a
+  moment later instead of at once. The agent never forks after registering (see tests).
 """
 
 from __future__ import annotations
