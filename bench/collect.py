@@ -187,6 +187,12 @@ def main() -> int:
     for name, (s_us, p_us) in refresh_costs(agent).items():
         print(f"{name:18s} {s_us:10.1f} {p_us:11.1f}")
 
+    idle, _ = build_agent(None)
+    for st in idle.states.values():
+        for h in st.sampler.handles.values():  # type: ignore[union-attr]
+            h.word.value = 0  # no consumer anywhere
+    print(f"agent CPU, no consumer, 1 s ticks:   {run_loop(idle, args.seconds, 1.0, 1.0):.3f} %"
+          " of a core   (no procfs read, no write)")
     share = run_loop(agent, args.seconds, 0.1, 1.0)
     print(f"agent CPU, all samplers, 100 ms sampling / 1 s publishing: {share:.3f} % of a core"
           "   (target <= 1%)")

@@ -71,6 +71,15 @@ def bench_disabled(n: int) -> dict[str, float]:
     }
 
 
+#: Plausible values for every rezolus_cpu_usage field after `cpu`.
+_REST = tuple(1_000_000 * (i + 1) for i in range(len(CPU_USAGE.fields) - 1))
+
+
+def sample_payload(cpu: int) -> bytes:
+    """Return a realistic rezolus_cpu_usage payload (whatever its field count)."""
+    return CPU_USAGE.pack(cpu, *_REST)
+
+
 def bench_enabled(n: int) -> dict[str, float] | str:
     """Return ns per enabled write vs writev to /dev/null, or why it cannot run here."""
     from tracefs_tools import Tracefs, find_tracefs
@@ -78,7 +87,7 @@ def bench_enabled(n: int) -> dict[str, float] | str:
     tfs = Tracefs(find_tracefs(mount=True))
     if not tfs.has_user_events:
         return "no user_events on this kernel (use --vm BZIMAGE)"
-    payload = CPU_USAGE.pack(1, *range(1_000_000, 9_000_000, 1_000_000))
+    payload = sample_payload(1)
     inst = f"rezolus_bench_{os.getpid()}"
     with UserEventsData(tfs.root) as data:
         reg = data.register(CPU_USAGE.name_args)
@@ -94,8 +103,9 @@ def bench_enabled(n: int) -> dict[str, float] | str:
 
             def pack_write(k: int) -> None:
                 w, pack = reg.write, CPU_USAGE.pack
+                rest = _REST
                 for c in range(k):
-                    w(pack(c, 1, 2, 3, 4, 5, 6, 7, 8))
+                    w(pack(c, *rest))
 
             null = os.open(os.devnull, os.O_WRONLY)
             head = b"\0\0\0\0"
