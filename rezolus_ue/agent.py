@@ -153,11 +153,14 @@ class Agent:
                 if st.status == "active":
                     log.info("%s: no consumer left, idle", st.name)
                     self._call(st, sampler.deactivate)
+                    st.reason = sampler.detail
                 st.status = "idle"
                 continue
             if st.status != "active":
                 log.info("%s: consumer attached, sampling", st.name)
-                if not self._call(st, sampler.activate):
+                ok = self._call(st, sampler.activate)
+                st.reason = sampler.detail
+                if not ok:
                     continue  # retried next tick
             st.status = "active"
             dist = sampler.dist_wanted

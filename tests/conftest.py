@@ -32,7 +32,8 @@ IN_VM = os.environ.get("REZOLUS_UE_IN_VM") == "1"
 KERNEL_IMAGE = os.environ.get("REZOLUS_UE_TEST_KERNEL", "")
 REQUIRE_KERNEL = os.environ.get("REZOLUS_UE_REQUIRE_KERNEL_TESTS") == "1"
 VM_TIMEOUT_S = int(os.environ.get("REZOLUS_UE_VM_TIMEOUT", "1200"))
-VM_DIR = ROOT / ".vmtest"
+#: The guest's script, report and logs; set it per run to boot two VMs side by side.
+VM_DIR = Path(os.environ.get("REZOLUS_UE_VMTEST_DIR") or ROOT / ".vmtest").resolve()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -106,7 +107,7 @@ class VMResults:
 
     def _run(self, nodeids: list[str] | None = None) -> None:
         nodeids = nodeids or self.nodeids
-        VM_DIR.mkdir(exist_ok=True)
+        VM_DIR.mkdir(parents=True, exist_ok=True)
         report = VM_DIR / "report.json"
         report.unlink(missing_ok=True)
         logf = VM_DIR / "pytest.log"

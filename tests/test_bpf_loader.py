@@ -34,7 +34,11 @@ from rezolus_ue.errors import (
     ("tp/sched/sched_switch", Hook("tracepoint", "sched_switch", "sched")),
     ("tracepoint/block/block_rq_issue", Hook("tracepoint", "block_rq_issue", "block")),
     ("syscall", None),
-    ("kprobe/do_sys_open", None),
+    ("kprobe/do_sys_open", Hook("kprobe", "do_sys_open")),
+    ("kretprobe/do_sys_open", Hook("kprobe", "do_sys_open%return")),
+    ("fentry/tcp_v4_connect", Hook("fentry", "tcp_v4_connect")),
+    ("fexit/tcp_v4_connect", Hook("fentry", "tcp_v4_connect%return")),
+    ("kprobe/a/b", None),
     ("tp/sched", None),
 ])
 def test_parse_section(section: str, hook: Hook | None) -> None:
@@ -72,6 +76,36 @@ HOOKS = {f"{k}_{tp}": Hook(k, tp, "sched" if k == "tracepoint" else "")
 def test_choose_prefers_tp_btf_then_raw_tp_then_tracepoint(
         supported: set[tuple[str, str]], prefer: str, want: dict[str, str]) -> None:
     assert choose(HOOKS, FakeFeatures(supported), prefer) == want
+
+
+def test_choose_function_hooks_fentry_then_kprobe_and_forcing_is_per_hook() -> None:
+    hooks = {**HOOKS,
+             "fe": Hook("fentry", "tcp_v4_connect"), "kp": Hook("kprobe", "tcp_v4_connect"),
+             "kr": Hook("kprobe", "tcp_v4_connect%return")}
+    both = {("tracepoint", "sched_switch"), ("tracepoint", "sched_wakeup"),
+            ("fentry", "tcp_v4_connect"), ("kprobe", "tcp_v4_connect"),
+            ("kprobe", "tcp_v4_connect%return")}
+    got = choose(hooks, FakeFeatures(both), "tracepoint")
+    assert got == {"sched_switch": "tracepoint", "sched_wakeup": "tracepoint",
+                   "tcp_v4_connect": "fentry", "tcp_v4_connect%return": "kprobe"}
+    no_fentry = both - {("fentry", "tcp_v4_connect")}
+    assert choose(hooks, FakeFeatures(no_fentry))["tcp_v4_connect"] == "kprobe"
+    with pytest.raises(KernelFeatureMissing, match="kprobe/tcp_v4_connect%return"):
+        choose(hooks, FakeFeatures(both - {("kprobe", "tcp_v4_connect%return")}))
+
+
+def test_function_hooks_need_the_function_and_the_mechanism(tmp_path: Path) -> None:
+    (tmp_path / "kallsyms").write_text("ffffffff81000000 T tcp_v4_connect\n"
+                                       "ffffffff81000100 d some_data\n")
+    (tmp_path / "tracing").mkdir()
+    f = Features(tracefs=tmp_path / "tracing", procfs=tmp_path, sysfs=tmp_path)
+    assert not f.supports(Hook("kprobe", "tcp_v4_connect")), "no kprobes in this tree"
+    (tmp_path / "tracing/kprobe_events").write_text("")
+    assert f.supports(Hook("kprobe", "tcp_v4_connect"))
+    assert f.supports(Hook("kprobe", "tcp_v4_connect%return"))
+    assert not f.supports(Hook("kprobe", "some_data"))
+    assert not f.supports(Hook("kprobe", "no_such_function"))
+    assert not f.trampolines(), "no available_filter_functions: no fentry"
 
 
 def test_choose_fails_naming_the_tracepoint() -> None:

@@ -87,32 +87,59 @@ def test_hog_beside_sleeper_makes_runqueue_latency() -> None:
     assert p99 > 0
 
 
-def test_programs_attached_only_while_active() -> None:
+def test_programs_loaded_only_while_active() -> None:
+    """On demand: nothing of ours in the kernel until activate, nothing after deactivate;
+    the kept maps (and the views over them) survive, so totals stay cumulative."""
     s, _handles = start_sampler(SchedulerRunqueue)
     try:
-        ids = {p.id for p in s.bpf.programs}
-        assert len(ids) == 3
-        names = loaded_progs()
         prefix = PREFIX[s.bpf.attach_kinds]
-        assert {names[i] for i in ids} == {prefix + h for h in ("wakeup", "wakenew", "switch")}
-        assert not ids & attached_prog_ids(), "attached before any consumer"
+        ours = {prefix + h for h in ("wakeup", "wakenew", "switch")}
+        assert not s.bpf.loaded and not s.bpf.programs
+        assert "detached: no consumer" in s.detail
         s.activate()
+        ids = {p.id for p in s.bpf.programs}
+        names = loaded_progs()
+        assert {names[i] for i in ids} == ours
         assert ids <= attached_prog_ids()
+        assert s.detail.startswith("attached (")
+        view = s._hists[SCHEDULER_RUNQUEUE_LATENCY]
+        time.sleep(0.1)
         s.deactivate()
-        assert eventually(lambda: not ids & attached_prog_ids()), "attached after deactivate"
-        s.activate()  # and again
-        assert ids <= attached_prog_ids()
+        assert eventually(lambda: not ids & set(loaded_progs())), "loaded after deactivate"
+        total = int(view.sum())
+        assert total > 0
+        s.activate()  # and again: new programs, the same maps
+        ids2 = {p.id for p in s.bpf.programs}
+        assert ids2 <= attached_prog_ids() and not ids2 & ids
+        time.sleep(0.1)
         s.deactivate()
+        assert s._hists[SCHEDULER_RUNQUEUE_LATENCY] is view
+        assert int(view.sum()) >= total, "counts lost across unload/load"
+        assert s.bpf.loads == 3  # start (verify), and one per activation
     finally:
         s.close()
-    assert eventually(lambda: not ids & set(loaded_progs())), "loaded after close()"
+    assert eventually(lambda: not ids2 & set(loaded_progs())), "loaded after close()"
+
+
+def test_collect_always_attaches_at_start() -> None:
+    s, _handles = start_sampler(SchedulerRunqueue, collect="always")
+    try:
+        ids = {p.id for p in s.bpf.programs}
+        assert ids and ids <= attached_prog_ids()
+        s.activate()
+        s.deactivate()  # the last consumer left: stays attached
+        assert ids <= attached_prog_ids()
+        assert "collect always" in s.detail
+    finally:
+        s.close()
+    assert eventually(lambda: not ids & set(loaded_progs()))
 
 
 @pytest.mark.parametrize("attach", ["tp_btf", "raw_tp", "tracepoint"])
 def test_publish_end_to_end(attach: str) -> None:
     s, handles = start_sampler(SchedulerRunqueue, attach=attach)
     try:
-        assert s.detail == f"attach: {attach}"
+        assert f"attaches as {attach})" in s.detail
         s.publish(0)  # before any consumer: closes the (empty) interval
         for h in handles.values():
             h.payloads.clear()

@@ -38,12 +38,13 @@ log = logging.getLogger("rezolus_ue.bpf")
 
 LIBBPF_WARN, LIBBPF_INFO, LIBBPF_DEBUG = 0, 1, 2
 #: enum bpf_prog_type values used in probes.
+BPF_PROG_TYPE_KPROBE = 2
 BPF_PROG_TYPE_TRACEPOINT = 5
 BPF_PROG_TYPE_RAW_TRACEPOINT = 17
 BPF_PROG_TYPE_TRACING = 26
 #: BTF kinds (linux/btf.h).
 BTF_KIND_INT, BTF_KIND_STRUCT, BTF_KIND_TYPEDEF = 1, 4, 8
-BTF_KIND_VAR, BTF_KIND_DATASEC = 14, 15
+BTF_KIND_FUNC, BTF_KIND_VAR, BTF_KIND_DATASEC = 12, 14, 15
 #: map_flags bit of arrays user space may mmap.
 BPF_F_MMAPABLE = 1 << 10
 #: Size of the verifier log buffer each object keeps (kernels >= 6.4 keep its tail).
@@ -113,6 +114,7 @@ _SIGNATURES: tuple[tuple, ...] = (
     ("bpf_link__fd", ctypes.c_int, _P),
     ("bpf_map__name", ctypes.c_char_p, _P),
     ("bpf_map__fd", ctypes.c_int, _P),
+    ("bpf_map__reuse_fd", ctypes.c_int, _P, ctypes.c_int),
     ("bpf_map__value_size", ctypes.c_uint32, _P),
     ("bpf_map__max_entries", ctypes.c_uint32, _P),
     ("bpf_map__set_max_entries", ctypes.c_int, _P, ctypes.c_uint32),
@@ -486,6 +488,15 @@ class Map:
     def flags(self) -> int:
         """Return the map_flags."""
         return lib().bpf_map__map_flags(self._ptr)
+
+    def reuse_fd(self, fd: int) -> None:
+        """Use the existing map ``fd`` instead of creating the map at load (libbpf dups it).
+
+        Keeps a map's contents across unload/load cycles of the programs.
+        """
+        ret = lib().bpf_map__reuse_fd(self._ptr, fd)
+        if ret < 0:
+            raise translate(f"reusing map {self.name} (before load only)", _err(ret))
 
     def set_initial_value(self, data: bytes) -> None:
         """Set a global data map's (.data/.rodata/.bss) contents, before load."""

@@ -5,19 +5,32 @@ A BPF source may define each hook in several variants, told apart by section nam
     SEC("tp_btf/sched_switch")        tp_btf      BTF-typed raw tracepoint (Linux >= 5.5)
     SEC("raw_tp/sched_switch")        raw_tp      raw tracepoint (Linux >= 4.17)
     SEC("tp/sched/sched_switch")      tracepoint  classic tracepoint (tracefs record)
+    SEC("fentry/tcp_rcv_established") fentry      BPF trampoline on a kernel function
+                                                  (fexit/F: its return)
+    SEC("kprobe/tcp_rcv_established") kprobe      kprobe (kretprobe/F: its return)
+
+Functions have no stable ABI, so a sampler uses fentry/kprobe only where no tracepoint
+carries what it needs; both need the function to exist here (BTF, kallsyms) and kprobe
+needs CONFIG_KPROBES (the development host has none: the sampler reports it unavailable).
 
 ``BpfObject.load`` probes what the kernel supports, prefers tp_btf > raw_tp > tracepoint
 (Rezolus's order; the preference can be forced for tests), switches autoload off for the
 losers and loads the rest, so a verifier error surfaces at sampler start. Programs are
-attached by ``attach`` (a consumer arrived) and detached by ``detach`` (the last left);
-the maps and their contents survive detaching. ``array`` maps a ``BPF_F_MMAPABLE`` array
-into a NumPy view: reading it is a memory load, not a syscall.
+attached by ``attach`` (a consumer arrived) and detached by ``detach``.
+
+``unload`` goes further: it closes the object, so no program of ours stays in the kernel
+(``bpftool prog show`` lists none), but keeps a dup of each map named in ``keep_maps``;
+the next ``load`` hands those fds to libbpf (``bpf_map__reuse_fd``), so cumulative
+histograms and counters, and the NumPy views over them, survive unload/load cycles.
+``array`` maps a ``BPF_F_MMAPABLE`` array into a NumPy view: reading it is a memory load,
+not a syscall.
 """
 
 from __future__ import annotations
 
 import contextlib
 import mmap
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,9 +41,11 @@ import numpy as np
 from ..errors import KernelFeatureMissing, SamplerUnavailable
 from . import build
 from .libbpf import (
+    BPF_PROG_TYPE_KPROBE,
     BPF_PROG_TYPE_RAW_TRACEPOINT,
     BPF_PROG_TYPE_TRACEPOINT,
     BPF_PROG_TYPE_TRACING,
+    BTF_KIND_FUNC,
     Btf,
     Link,
     Object,
@@ -40,14 +55,18 @@ from .libbpf import (
 )
 
 #: Attach kinds, most preferred first.
-ATTACH_KINDS = ("tp_btf", "raw_tp", "tracepoint")
+ATTACH_KINDS = ("tp_btf", "raw_tp", "tracepoint", "fentry", "kprobe")
 _PROG_TYPE = {"tp_btf": BPF_PROG_TYPE_TRACING, "raw_tp": BPF_PROG_TYPE_RAW_TRACEPOINT,
-              "tracepoint": BPF_PROG_TYPE_TRACEPOINT}
+              "tracepoint": BPF_PROG_TYPE_TRACEPOINT, "fentry": BPF_PROG_TYPE_TRACING,
+              "kprobe": BPF_PROG_TYPE_KPROBE}
+#: The suffix telling a function's return hook (fexit, kretprobe) from its entry.
+RETURN = "%return"
 
 
 @dataclass(frozen=True)
 class Hook:
-    """Where a program attaches: its kind, tracepoint name and (classic only) category."""
+    """Where a program attaches: its kind, tracepoint or function name (``F%return`` for a
+    function's return) and (classic tracepoints only) category."""
 
     kind: str
     tracepoint: str
@@ -65,6 +84,11 @@ def parse_section(section: str) -> Hook | None:
         cat, _, name = rest.partition("/")
         if cat and name:
             return Hook("tracepoint", name, cat)
+    if rest and "/" not in rest:
+        if prefix in ("fentry", "kprobe"):
+            return Hook(prefix, rest)
+        if prefix in ("fexit", "kretprobe"):
+            return Hook("fentry" if prefix == "fexit" else "kprobe", rest + RETURN)
     return None
 
 
@@ -76,6 +100,10 @@ class Features:
     _types: dict[str, bool] = field(default_factory=dict)
     _btf_tps: dict[str, bool] = field(default_factory=dict)
     _vmlinux: Btf | bool | None = None
+    procfs: Path = Path("/proc")
+    sysfs: Path = Path("/sys")
+    _btf_funcs: dict[str, bool] = field(default_factory=dict)
+    _kallsyms: set[str] | None = None
 
     def prog_type(self, kind: str) -> bool:
         """Return True if the kernel loads programs of this attach kind.
@@ -85,23 +113,61 @@ class Features:
         typedefs that ``btf_tracepoint`` looks for arrived in vmlinux BTF with tp_btf
         itself (Linux 5.5), so their presence is the probe.
         """
-        if kind == "tp_btf":
+        if kind in ("tp_btf", "fentry"):
             return True
         if kind not in self._types:
             self._types[kind] = probe_prog_type(_PROG_TYPE[kind])
         return self._types[kind]
 
+    def _btf(self) -> Btf | None:
+        if self._vmlinux is None:
+            try:
+                self._vmlinux = Btf.vmlinux()  # ~20 ms: parsed once per probing
+            except KernelFeatureMissing:
+                self._vmlinux = False
+        return self._vmlinux if isinstance(self._vmlinux, Btf) else None
+
     def btf_tracepoint(self, name: str) -> bool:
         """Return True if vmlinux BTF declares tracepoint ``name`` (btf_trace_<name>)."""
         if name not in self._btf_tps:
-            if self._vmlinux is None:
-                try:
-                    self._vmlinux = Btf.vmlinux()  # ~20 ms: parsed once per probing
-                except KernelFeatureMissing:
-                    self._vmlinux = False
-            vm = self._vmlinux
-            self._btf_tps[name] = isinstance(vm, Btf) and vm.has_tracepoint(name)
+            vm = self._btf()
+            self._btf_tps[name] = vm is not None and vm.has_tracepoint(name)
         return self._btf_tps[name]
+
+    def btf_function(self, name: str) -> bool:
+        """Return True if vmlinux BTF has kernel function ``name`` (fentry's target)."""
+        if name not in self._btf_funcs:
+            vm = self._btf()
+            self._btf_funcs[name] = vm is not None and vm.find(name, BTF_KIND_FUNC) is not None
+        return self._btf_funcs[name]
+
+    def kernel_symbol(self, name: str) -> bool:
+        """Return True if /proc/kallsyms lists function ``name`` (a kprobe target)."""
+        if self._kallsyms is None:
+            try:
+                text = (self.procfs / "kallsyms").read_text()
+            except OSError:
+                text = ""
+            self._kallsyms = {f[2] for ln in text.splitlines()
+                              if len(f := ln.split()) >= 3 and f[1] in "tTwW"}
+        return name in self._kallsyms
+
+    def kprobes(self) -> bool:
+        """Return True if the kernel has kprobes (the perf kprobe PMU, else kprobe_events)."""
+        if (self.sysfs / "bus/event_source/devices/kprobe/type").exists():
+            return True
+        return self.tracefs is not None and (self.tracefs / "kprobe_events").exists()
+
+    def trampolines(self) -> bool:
+        """Return True if fentry can attach: BPF trampolines ride on dynamic ftrace, whose
+        function list is readable only where it is usable."""
+        if self.tracefs is None:
+            return False
+        try:
+            with open(self.tracefs / "available_filter_functions", "rb") as f:
+                return bool(f.read(1))
+        except OSError:
+            return False
 
     def release(self) -> None:
         """Free the kernel BTF parsed for probing (the answers stay cached)."""
@@ -126,6 +192,11 @@ class Features:
             return self.btf_tracepoint(hook.tracepoint)
         if hook.kind == "raw_tp":
             return self.btf_tracepoint(hook.tracepoint) or self.tracefs_event(hook.tracepoint)
+        func = hook.tracepoint.removesuffix(RETURN)
+        if hook.kind == "fentry":
+            return self.trampolines() and self.btf_function(func)
+        if hook.kind == "kprobe":
+            return self.kprobes() and self.kernel_symbol(func)
         return self.tracefs_event(hook.tracepoint, hook.category)
 
 
@@ -140,7 +211,10 @@ def choose(hooks: dict[str, Hook], features: Features, prefer: str = "auto") -> 
         by_tp.setdefault(h.tracepoint, {})[h.kind] = h
     out = {}
     for tp, variants in by_tp.items():
-        kinds = [prefer] if prefer != "auto" else [k for k in ATTACH_KINDS if k in variants]
+        # A forced kind applies where the hook has that variant (function hooks of a
+        # mostly-tracepoint sampler keep their own order).
+        forced = prefer != "auto" and prefer in variants
+        kinds = [prefer] if forced else [k for k in ATTACH_KINDS if k in variants]
         for k in kinds:
             if k in variants and features.supports(variants[k]):
                 out[tp] = k
@@ -159,6 +233,7 @@ class BpfObject:
     def __init__(self, name: str, *, path: str | Path | None = None, prefer: str = "auto",
                  features: Features | None = None,
                  per_cpu_maps: tuple[str, ...] = (),
+                 keep_maps: tuple[str, ...] = (),
                  before_load: Callable[[Object], None] | None = None) -> None:
         self.name = name
         self.path = Path(path) if path else build.object_path(name)
@@ -173,14 +248,23 @@ class BpfObject:
         self.programs: list[Program] = []
         self.links: list[Link] = []
         self.load_ns = 0
+        self.loads = 0
+        #: Maps kept across unload (their contents and views survive): name -> our dup fd.
+        self.keep_maps = keep_maps
+        self._kept: dict[str, int] = {}
         self._maps: list[mmap.mmap] = []
+        #: NumPy views by map name (or section/variable), valid across unload/load.
+        self._views: dict[str, np.ndarray] = {}
 
     def load(self) -> BpfObject:
         """Open, pick the programs, size per-CPU maps and load; return self.
 
         Raise SamplerUnavailable naming the build command when the object is missing, and
-        the binding's translated errors otherwise.
+        the binding's translated errors otherwise. After ``unload`` it loads again, with
+        the same attach kinds and the kept maps.
         """
+        if self.obj is not None:
+            return self
         if not self.path.exists():
             raise SamplerUnavailable(self.name, f"BPF object {self.path} is not built: run"
                                      f" `{build.BUILD_COMMAND}` (needs clang, bpftool,"
@@ -190,10 +274,11 @@ class BpfObject:
         try:
             hooks = {n: h for n, p in obj.programs.items()
                      if (h := parse_section(p.section)) is not None}
-            try:
-                self.chosen = choose(hooks, self.features, self.prefer)
-            finally:
-                self.features.release()
+            if not self.chosen:  # probed once: the kernel does not change under us
+                try:
+                    self.chosen = choose(hooks, self.features, self.prefer)
+                finally:
+                    self.features.release()
             for n, p in obj.programs.items():
                 h = hooks.get(n)
                 p.autoload = h is None or self.chosen[h.tracepoint] == h.kind
@@ -202,15 +287,34 @@ class BpfObject:
                 ncpu = num_possible_cpus()
                 for m in self.per_cpu_maps:
                     obj.map(m).max_entries = ncpu
+            for m, fd in self._kept.items():
+                obj.map(m).reuse_fd(fd)
             if self.before_load is not None:
                 self.before_load(obj)
             obj.load()
+            for m in self.keep_maps:
+                if m not in self._kept:
+                    self._kept[m] = os.dup(obj.map(m).fd)
         except BaseException:
             obj.close()
             raise
         self.obj = obj
+        self.loads += 1
         self.load_ns = time.perf_counter_ns() - t0
         return self
+
+    @property
+    def loaded(self) -> bool:
+        """Return True while the programs are in the kernel."""
+        return self.obj is not None
+
+    def unload(self) -> None:
+        """Detach and close the object: no program stays loaded; kept maps stay."""
+        self.detach()
+        if self.obj is not None:
+            self.obj.close()
+            self.obj = None
+            self.programs = []
 
     @property
     def attach_kinds(self) -> str:
@@ -226,9 +330,10 @@ class BpfObject:
         return bool(self.links)
 
     def attach(self) -> None:
-        """Attach every loaded program (all or none)."""
+        """Attach every loaded program (all or none); load first if unloaded."""
         if self.links:
             return
+        self.load()
         links = []
         try:
             for p in self.programs:
@@ -252,7 +357,13 @@ class BpfObject:
 
     def array(self, map_name: str, dtype: np.dtype | type = np.uint64,
               writable: bool = False) -> np.ndarray:
-        """Return a NumPy view of a BPF_F_MMAPABLE array's values (``max_entries`` long)."""
+        """Return a NumPy view of a BPF_F_MMAPABLE array's values (``max_entries`` long).
+
+        Map ``map_name`` in ``keep_maps`` for the view to stay valid across unload.
+        """
+        key = f"{map_name}:{np.dtype(dtype).str}:{writable}"
+        if key in self._views:
+            return self._views[key]
         m = self._require().map(map_name)
         mm = m.mmap(writable)
         self._maps.append(mm)
@@ -260,11 +371,19 @@ class BpfObject:
         if dt.itemsize != (m.value_size + 7) // 8 * 8:
             raise ValueError(f"{map_name}: value stride {m.value_size} does not match"
                              f" {dt} ({dt.itemsize} bytes)")
-        return np.frombuffer(mm, dtype=dt, count=m.max_entries)
+        view = np.frombuffer(mm, dtype=dt, count=m.max_entries)
+        self._views[key] = view
+        return view
 
     def global_var(self, name: str, dtype: np.dtype | type = np.uint64,
                    section: str = ".bss", writable: bool = True) -> np.ndarray:
-        """Return a one-element view of global variable ``name`` (mmapped ``section``)."""
+        """Return a one-element view of global variable ``name`` (mmapped ``section``).
+
+        Put ``section`` in ``keep_maps`` for the view to stay valid across unload.
+        """
+        key = f"{section}/{name}"
+        if key in self._views:
+            return self._views[key]
         obj = self._require()
         off, size = obj.btf().datasec(section)[name]
         dt = np.dtype(dtype)
@@ -272,15 +391,19 @@ class BpfObject:
             raise ValueError(f"{name}: {size} bytes, not {dt}")
         mm = obj.map(section).mmap(writable)
         self._maps.append(mm)
-        return np.frombuffer(mm, dtype=dt, count=1, offset=off)
+        view = np.frombuffer(mm, dtype=dt, count=1, offset=off)
+        self._views[key] = view
+        return view
 
     def close(self) -> None:
-        """Detach, unload and unmap (views still referenced keep their mapping alive)."""
-        self.detach()
+        """Detach, unload, unmap and free the kept maps (views still referenced keep their
+        mapping alive)."""
+        self.unload()
+        self._views = {}
         for mm in self._maps:
             with contextlib.suppress(BufferError):  # a view is still in use: GC unmaps
                 mm.close()
         self._maps = []
-        if self.obj is not None:
-            self.obj.close()
-            self.obj = None
+        kept, self._kept = self._kept, {}
+        for fd in kept.values():
+            os.close(fd)

@@ -14,12 +14,11 @@ programs were attached during the interval (shorter than the publish interval on
 record after a consumer arrives); ``rezolus_scheduler_switches``: per CPU voluntary,
 involuntary and idle switch totals.
 
-Lifecycle: ``start`` loads the object (so verifier errors show at start and in
-``rezolus-ue check``) but attaches nothing; ``activate`` (a consumer arrived) attaches
-the programs and ``deactivate`` (the last left) detaches them: without a consumer none
-of them runs. The histograms are cumulative ``BPF_F_MMAPABLE`` arrays read through mmap;
-``publish`` takes the interval's delta (``h2.delta``). ``activate`` takes a baseline, so
-the first record after it covers only the attached time.
+Lifecycle (``BpfSampler``): the object is loaded at start to verify it, then unloaded;
+programs are loaded and attached only while a consumer has one of these events enabled
+(``collect = "on-demand"``), and detached and unloaded within one publish interval after
+the last leaves. The histograms are cumulative ``BPF_F_MMAPABLE`` arrays kept across
+unloads and read through mmap; ``publish`` takes the interval's delta (``h2.delta``).
 
 Measured cost (2-vCPU VM, Linux 6.18; kernel.bpf_stats_enabled run_time_ns/run_cnt):
 start (probe + load + verify) 45-180 ms; per event, sched_switch 500-640 ns, sched_wakeup
@@ -31,21 +30,16 @@ saturated by the benchmark.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-from ...bpf.loader import ATTACH_KINDS, BpfObject
-from ...config import Option
-from ...metrics import h2
+from ...bpf.loader import BpfObject
 from ...metrics.catalog import (
     SCHEDULER_OFFCPU,
     SCHEDULER_RUNNING,
     SCHEDULER_RUNQUEUE_LATENCY,
     SCHEDULER_SWITCHES,
 )
-from ...metrics.family import Family, histogram_records
-from ..base import Sampler
+from ..bpf_sampler import BpfSampler
 
 #: struct runqueue_switches (bpf/scheduler_runqueue.h): one cache line per CPU.
 SWITCHES_DTYPE = np.dtype({
@@ -56,80 +50,33 @@ SWITCHES_DTYPE = np.dtype({
 })
 #: C struct name -> its mirror here (tests check both against the object's BTF).
 SHARED_STRUCTS = {"runqueue_switches": SWITCHES_DTYPE}
-#: Each histogram family and the BPF map holding its cumulative buckets.
-HISTOGRAM_MAPS: tuple[tuple[Family, str], ...] = (
-    (SCHEDULER_RUNQUEUE_LATENCY, "runqlat"),
-    (SCHEDULER_RUNNING, "running"),
-    (SCHEDULER_OFFCPU, "offcpu"),
-)
-BPF_OBJECT = "scheduler_runqueue"
 
 
-class SchedulerRunqueue(Sampler):
+class SchedulerRunqueue(BpfSampler):
     """Run-queue latency, running and off-CPU time histograms, switches per CPU (BPF)."""
 
     name = "scheduler_runqueue"
     families = (SCHEDULER_RUNQUEUE_LATENCY, SCHEDULER_RUNNING, SCHEDULER_OFFCPU,
                 SCHEDULER_SWITCHES)
-    options = (
-        Option("attach", "choice", "auto",
-               "How the BPF programs attach to the scheduler tracepoints: \"auto\" picks the"
-               " best the kernel supports (tp_btf, then raw_tp, then tracepoint).",
-               choices=("auto", *ATTACH_KINDS)),
+    bpf_object = "scheduler_runqueue"
+    per_cpu_maps = ("switches",)
+    histograms = (
+        (SCHEDULER_RUNQUEUE_LATENCY, "runqlat"),
+        (SCHEDULER_RUNNING, "running"),
+        (SCHEDULER_OFFCPU, "offcpu"),
     )
-    oversample = False
+    keep_maps = ("runqlat", "running", "offcpu", "switches", ".bss")
 
-    def start(self) -> None:
-        bpf = BpfObject(BPF_OBJECT, prefer=str(self.ctx.options.get("attach", "auto")),
-                        per_cpu_maps=("switches",)).load()
-        try:
-            self._hists = {fam: bpf.array(m) for fam, m in HISTOGRAM_MAPS}
-            self._switches = bpf.array("switches", SWITCHES_DTYPE)
-            self._attached_ns = bpf.global_var("attached_ns")
-        except BaseException:
-            bpf.close()
-            raise
-        self._bpf = bpf
-        self._prev: dict[Family, np.ndarray | None] = dict.fromkeys(self._hists)
-        #: Start of the attached part of the current interval (None: detached).
-        self._since: int | None = None
-        self.detail = f"attach: {bpf.attach_kinds}"
+    def setup(self, bpf: BpfObject) -> None:
+        self._switches = bpf.array("switches", SWITCHES_DTYPE)
+        self._attached_ns = bpf.global_var("attached_ns")
 
-    @property
-    def bpf(self) -> BpfObject:
-        """Return the loaded BPF object."""
-        return self._bpf
-
-    def activate(self) -> None:
-        now = time.monotonic_ns()
+    def on_attach(self, now_ns: int) -> None:
         # Timestamps the programs stored before this (an earlier attachment) are ignored.
-        self._attached_ns[0] = now
-        for fam, view in self._hists.items():
-            self._prev[fam] = view.copy()
-        self._since = now
-        self._bpf.attach()
-
-    def deactivate(self) -> None:
-        self._bpf.detach()
-        self._since = None
+        self._attached_ns[0] = now_ns
 
     def publish(self, t_ns: int) -> None:
-        # Our own clock read (the agent's t_ns may predate activate() in the same tick).
-        now = time.monotonic_ns()
-        window = now - self._since if self._since is not None else 0
-        if self._since is not None:
-            self._since = now
-        for fam, view in self._hists.items():
-            # Close every interval even when unwatched: the next record covers one.
-            cur = view.copy()
-            counts, _reset = h2.delta(cur, self._prev[fam])
-            self._prev[fam] = cur
-            h = self.handles.get(fam.schema.name)
-            if h is None or not h.word.value:
-                continue
-            schema = fam.schema
-            for rec in histogram_records(schema, (), (window,), counts):
-                h.write(schema.pack(*rec))
+        self.publish_histograms(self.window())
         h = self.handles.get(SCHEDULER_SWITCHES.schema.name)
         if h is not None and h.word.value:
             sw = self._switches
@@ -139,6 +86,5 @@ class SchedulerRunqueue(Sampler):
                 h.write(pack(cpu, int(vol[cpu]), int(inv[cpu]), int(idle[cpu])))
 
     def close(self) -> None:
-        self._hists = {}
         self._switches = self._attached_ns = None  # type: ignore[assignment]
-        self._bpf.close()
+        super().close()

@@ -1,0 +1,163 @@
+"""What every BPF sampler shares: loading by probed attach kind, demand-driven collection,
+and interval bookkeeping.
+
+Lifecycle (``collect = "on-demand"``, the default): ``start`` loads the object once, so a
+missing object, missing BTF or a verifier rejection shows at start and in
+``rezolus-ue check``, maps the kept arrays, then unloads it: with no consumer none of our
+programs is in the kernel. ``activate`` (a consumer enabled one of the sampler's events)
+loads and attaches; ``deactivate`` (the last consumer left; the agent checks every publish
+interval) detaches and unloads. The maps named in ``keep_maps`` survive unloading
+(``BpfObject.unload``), so histograms and counters stay cumulative across cycles, and
+every histogram record carries ``attached_ns``, the part of its interval the programs were
+attached: the first record after a re-attach says it covers less than an interval.
+
+``collect = "always"`` attaches at start and never detaches (the agent still publishes
+only while a consumer listens).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import ClassVar
+
+import numpy as np
+
+from ..bpf.libbpf import Object
+from ..bpf.loader import ATTACH_KINDS, BpfObject
+from ..config import Option
+from ..metrics import h2
+from ..metrics.family import Family, histogram_records
+from .base import Sampler
+
+COLLECT_MODES = ("on-demand", "always")
+
+#: The options every BPF sampler has (documented in configs/default.toml).
+BPF_OPTIONS = (
+    Option("attach", "choice", "auto",
+           "How the BPF programs attach: \"auto\" picks the best the kernel supports"
+           " (tp_btf, then raw_tp, then tracepoint).",
+           choices=("auto", *ATTACH_KINDS)),
+    Option("collect", "choice", "on-demand",
+           "\"on-demand\": BPF programs are loaded and attached only while a consumer has"
+           " one of this sampler's events enabled; \"always\": attached from start to exit.",
+           choices=COLLECT_MODES),
+)
+
+
+class BpfSampler(Sampler):
+    """A sampler whose data comes from one BPF object (``bpf/<bpf_object>.bpf.c``).
+
+    Subclasses set ``bpf_object``, ``keep_maps`` (every map read by user space, plus
+    ``.bss`` for globals user space writes) and implement ``setup`` (take views of the
+    maps) and ``publish``. ``histograms`` lists (family, map) pairs published by
+    ``publish_histograms``.
+    """
+
+    bpf_object: ClassVar[str]
+    #: Per-CPU maps sized to the possible CPUs before load.
+    per_cpu_maps: ClassVar[tuple[str, ...]] = ()
+    #: Maps that keep their contents across unload/load (cumulative data, .bss).
+    keep_maps: ClassVar[tuple[str, ...]] = ()
+    #: (family, map name) of each cumulative H2 histogram map.
+    histograms: ClassVar[tuple[tuple[Family, str], ...]] = ()
+    options: ClassVar[tuple[Option, ...]] = BPF_OPTIONS
+    oversample = False
+
+    def configure(self, obj: Object) -> None:
+        """Adjust the opened object before each load (e.g. .rodata settings)."""
+
+    def setup(self, bpf: BpfObject) -> None:
+        """Take views of the kept maps (called once, after the first load)."""
+
+    def on_attach(self, now_ns: int) -> None:
+        """Called just before the programs attach (e.g. tell them the attach time)."""
+
+    @property
+    def collect(self) -> str:
+        """Return the configured collection mode."""
+        return str(self.ctx.options.get("collect", "on-demand"))
+
+    def start(self) -> None:
+        bpf = BpfObject(self.bpf_object, prefer=str(self.ctx.options.get("attach", "auto")),
+                        per_cpu_maps=self.per_cpu_maps, keep_maps=self.keep_maps,
+                        before_load=self.configure)
+        bpf.load()
+        try:
+            self._hists = {fam: bpf.array(m) for fam, m in self.histograms}
+            self.setup(bpf)
+        except BaseException:
+            bpf.close()
+            raise
+        self._bpf = bpf
+        self._prev: dict[Family, np.ndarray | None] = dict.fromkeys(self._hists)
+        #: Start of the attached part of the current interval (None: detached).
+        self._since: int | None = None
+        if self.collect == "always":
+            self.activate()
+        else:
+            bpf.unload()
+
+    @property
+    def bpf(self) -> BpfObject:
+        """Return the sampler's BPF object (loaded only while attached, on demand)."""
+        return self._bpf
+
+    @property
+    def detail(self) -> str:  # type: ignore[override]
+        bpf = getattr(self, "_bpf", None)
+        if bpf is None:
+            return ""
+        if bpf.attached:
+            return f"attached ({bpf.attach_kinds}), collect {self.collect}"
+        return (f"detached: no consumer (collect {self.collect}; attaches as"
+                f" {bpf.attach_kinds})")
+
+    @detail.setter
+    def detail(self, value: str) -> None:
+        pass  # derived from the BPF object's state
+
+    def activate(self) -> None:
+        if self._bpf.attached:
+            return
+        self._bpf.load()
+        now = time.monotonic_ns()
+        # Baseline: the first record after attaching covers only the attached time.
+        for fam, view in self._hists.items():
+            self._prev[fam] = view.copy()
+        self.on_attach(now)
+        self._bpf.attach()
+        self._since = now
+
+    def deactivate(self) -> None:
+        if self.collect == "always":
+            return
+        self._bpf.unload()
+        self._since = None
+
+    def window(self) -> int:
+        """Return the ns attached since the last call (0 while detached); start anew."""
+        now = time.monotonic_ns()
+        if self._since is None:
+            return 0
+        window, self._since = now - self._since, now
+        return window
+
+    def publish_histograms(self, window: int, labels: tuple = ()) -> None:
+        """Write each enabled histogram family's interval delta, with ``window``."""
+        for fam, view in self._hists.items():
+            # Close every interval even when unwatched: the next record covers one.
+            cur = view.copy()
+            counts, _reset = h2.delta(cur, self._prev[fam])
+            self._prev[fam] = cur
+            h = self.handles.get(fam.schema.name)
+            if h is None or not h.word.value:
+                continue
+            schema = fam.schema
+            for rec in histogram_records(schema, labels, (window,), counts):
+                h.write(schema.pack(*rec))
+
+    def close(self) -> None:
+        self._hists = {}
+        bpf = getattr(self, "_bpf", None)
+        if bpf is not None:
+            bpf.close()
