@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Self
 
+from rezolus_ue import ioctl
 from rezolus_ue.errors import KernelFeatureMissing, PermissionDenied, RezolusError
 
 # --- enum perf_type_id -------------------------------------------------------------------
@@ -220,38 +221,14 @@ ATTR_FLAGS: dict[str, int] = {
 }
 
 
-# --- ioctls: the generic asm-generic/ioctl.h encoding (x86, arm64, riscv) ----------------
-_IOC_NRSHIFT = 0
-_IOC_TYPESHIFT = 8
-_IOC_SIZESHIFT = 16
-_IOC_DIRSHIFT = 30
-_IOC_NONE = 0
-_IOC_WRITE = 1
-_IOC_READ = 2
-
-
-def _ioc(direction: int, kind: str, nr: int, size: int) -> int:
-    """Return the ioctl request number for the generic _IOC encoding."""
-    return (
-        (direction << _IOC_DIRSHIFT)
-        | (ord(kind) << _IOC_TYPESHIFT)
-        | (nr << _IOC_NRSHIFT)
-        | (size << _IOC_SIZESHIFT)
-    )
-
-
-def _io(kind: str, nr: int) -> int:
-    """Return ``_IO(kind, nr)``."""
-    return _ioc(_IOC_NONE, kind, nr, 0)
-
-
-PERF_EVENT_IOC_ENABLE = _io("$", 0)
-PERF_EVENT_IOC_DISABLE = _io("$", 1)
-PERF_EVENT_IOC_REFRESH = _io("$", 2)
-PERF_EVENT_IOC_RESET = _io("$", 3)
-PERF_EVENT_IOC_PERIOD = _ioc(_IOC_WRITE, "$", 4, 8)  # _IOW('$', 4, __u64)
-PERF_EVENT_IOC_SET_OUTPUT = _io("$", 5)
-PERF_EVENT_IOC_ID = _ioc(_IOC_READ, "$", 7, 8)  # _IOR('$', 7, __u64 *)
+# --- ioctls -----------------------------------------------------------------------------
+PERF_EVENT_IOC_ENABLE = ioctl.io("$", 0)
+PERF_EVENT_IOC_DISABLE = ioctl.io("$", 1)
+PERF_EVENT_IOC_REFRESH = ioctl.io("$", 2)
+PERF_EVENT_IOC_RESET = ioctl.io("$", 3)
+PERF_EVENT_IOC_PERIOD = ioctl.iow("$", 4, 8)  # _IOW('$', 4, __u64)
+PERF_EVENT_IOC_SET_OUTPUT = ioctl.io("$", 5)
+PERF_EVENT_IOC_ID = ioctl.ior("$", 7, 8)  # _IOR('$', 7, __u64 *)
 
 
 # --- struct perf_event_attr --------------------------------------------------------------

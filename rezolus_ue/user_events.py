@@ -38,28 +38,15 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import ioctl
 from .errors import EventConflict, KernelFeatureMissing, PermissionDenied, RezolusError
 
-# --- ioctl encoding (include/uapi/asm-generic/ioctl.h) ---------------------------------
-_IOC_NRSHIFT, _IOC_TYPESHIFT, _IOC_SIZESHIFT, _IOC_DIRSHIFT = 0, 8, 16, 30
-_IOC_WRITE, _IOC_READ = 1, 2
-
-
-def _ioc(direction: int, kind: int, nr: int, size: int) -> int:
-    return (
-        (direction << _IOC_DIRSHIFT)
-        | (kind << _IOC_TYPESHIFT)
-        | (nr << _IOC_NRSHIFT)
-        | (size << _IOC_SIZESHIFT)
-    )
-
-
-DIAG_IOC_MAGIC = ord("*")
+DIAG_IOC_MAGIC = "*"
 # The uapi header encodes a *pointer* size into these numbers, not the struct size.
 _PTR = ctypes.sizeof(ctypes.c_void_p)
-DIAG_IOCSREG = _ioc(_IOC_READ | _IOC_WRITE, DIAG_IOC_MAGIC, 0, _PTR)
-DIAG_IOCSDEL = _ioc(_IOC_WRITE, DIAG_IOC_MAGIC, 1, _PTR)
-DIAG_IOCSUNREG = _ioc(_IOC_WRITE, DIAG_IOC_MAGIC, 2, _PTR)
+DIAG_IOCSREG = ioctl.iowr(DIAG_IOC_MAGIC, 0, _PTR)
+DIAG_IOCSDEL = ioctl.iow(DIAG_IOC_MAGIC, 1, _PTR)
+DIAG_IOCSUNREG = ioctl.iow(DIAG_IOC_MAGIC, 2, _PTR)
 
 #: enum user_reg_flag
 REG_PERSIST = 1 << 0  # Linux 6.7: keep the event after the last reference (CAP_PERFMON)
