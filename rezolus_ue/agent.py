@@ -17,7 +17,8 @@ import os
 import resource
 import select
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .config import Config
@@ -95,30 +96,95 @@ class Agent:
         self.sampler_errors = 0
         self._started_ns = time.monotonic_ns()
         self._status_key: tuple = ()
+        #: Returns a freshly loaded, validated config (raises ConfigError); set to enable
+        #: reloading on request_reload() (SIGHUP).
+        self.reload_source: Callable[[], Config] | None = None
+        self._reload_requested = False
 
     def start(self) -> None:
         """Open user_events and start every enabled sampler; raise if nothing can publish."""
         a = self.config.agent
         _raise_fd_limit()
         self.publisher = Publisher(self.tracefs, bool(a["persist"]), bool(a["multi_format"]))
-        roots = Roots(Path(str(a["procfs"])), Path(str(a["sysfs"])))
-        for name, cls in REGISTRY.items():
-            if not self.config.sampler_enabled(name):
-                self.states[name] = SamplerState(name, None, "disabled", "disabled in config")
-                continue
-            ctx = SamplerContext(roots, self.config.samplers[name], self.stats,
-                                 lambda: list(self.states.values()))
-            sampler = cls(ctx)
-            try:
-                sampler.start()
-            except (SamplerUnavailable, RezolusError, OSError) as e:
-                reason = e.reason if isinstance(e, SamplerUnavailable) else str(e)
-                log.warning("sampler %s unavailable: %s", name, reason)
-                self.states[name] = SamplerState(name, None, "unavailable", reason)
-                continue
-            sampler.bind(self.publisher.register(cls.events()))
-            self.states[name] = SamplerState(name, sampler, "idle", sampler.detail)
+        for name in REGISTRY:
+            self.states[name] = self._start_sampler(name)
         self._write_status()
+
+    def _start_sampler(self, name: str) -> SamplerState:
+        """Start sampler ``name`` as configured and register its events; never raise for a
+        sampler that cannot run here (its state says why)."""
+        if not self.config.sampler_enabled(name):
+            return SamplerState(name, None, "disabled", "disabled in config")
+        a = self.config.agent
+        roots = Roots(Path(str(a["procfs"])), Path(str(a["sysfs"])))
+        cls = REGISTRY[name]
+        ctx = SamplerContext(roots, self.config.samplers[name], self.stats,
+                             lambda: list(self.states.values()))
+        sampler = cls(ctx)
+        try:
+            sampler.start()
+            assert self.publisher is not None
+            sampler.bind(self.publisher.register(cls.events()))
+        except (SamplerUnavailable, RezolusError, OSError) as e:
+            with contextlib.suppress(Exception):
+                sampler.close()
+            reason = e.reason if isinstance(e, SamplerUnavailable) else str(e)
+            log.warning("sampler %s unavailable: %s", name, reason)
+            return SamplerState(name, None, "unavailable", reason)
+        return SamplerState(name, sampler, "idle", sampler.detail)
+
+    def _stop_sampler(self, st: SamplerState) -> None:
+        if st.sampler is None:
+            return
+        try:
+            if st.status == "active":
+                st.sampler.deactivate()
+            st.sampler.close()
+        except Exception as e:
+            log.debug("closing sampler %s: %s", st.name, e)
+
+    #: Agent options a reload cannot change in a running agent (they shape the publisher
+    #: and the samplers' roots): changing them needs a restart.
+    RESTART_KEYS = ("tracefs", "persist", "multi_format", "procfs", "sysfs",
+                    "drop_capabilities")
+
+    def reload(self, new: Config) -> list[str]:
+        """Switch to config ``new`` (already validated); return what changed.
+
+        Samplers newly enabled start, disabled ones stop and unregister their events,
+        re-tuned ones (options changed) restart bound to the same registrations, samplers
+        that were unavailable are tried again; the rest keep running untouched, so
+        consumers of unchanged events see no gap.
+        """
+        old, changes = self.config, []
+        for key in self.RESTART_KEYS:
+            if old.agent.get(key) != new.agent.get(key):
+                log.warning("reload: agent.%s changed; it takes effect at the next restart",
+                            key)
+        kept = {k: (new.agent[k] if k not in self.RESTART_KEYS else v)
+                for k, v in old.agent.items()}
+        for key in ("publish_interval", "sample_interval", "log_level"):
+            if old.agent.get(key) != new.agent.get(key):
+                changes.append(f"agent.{key}")
+        self.config = replace(new, agent=kept)
+        log.setLevel(str(kept.get("log_level", "info")).upper())
+        assert self.publisher is not None
+        for name in REGISTRY:
+            st = self.states.get(name)
+            same = (old.samplers.get(name) == new.samplers.get(name))
+            if st is not None and same and st.status != "unavailable":
+                continue
+            if st is not None:
+                self._stop_sampler(st)
+            if not new.sampler_enabled(name):
+                self.publisher.unregister(e.name for e in REGISTRY[name].events())
+            self.states[name] = self._start_sampler(name)
+            what = ("removed" if not new.sampler_enabled(name) else
+                    "added" if st is None or st.status == "disabled" else
+                    "retried" if same else "re-tuned")
+            changes.append(f"{name} {what} ({self.states[name].status})")
+        self._write_status()
+        return changes
 
     @property
     def event_names(self) -> list[str]:
@@ -203,10 +269,13 @@ class Agent:
         while some consumer has a _dist event enabled, so an idle agent wakes once per
         publish interval to read its enable words and nothing else.
         """
-        publish_ns = self.config.publish_interval_ns
-        sample_ns = self.config.sample_interval_ns
         next_pub = time.monotonic_ns()
         while not should_stop():
+            if self.reload_source is not None and self._reload_requested:
+                self._reload_requested = False
+                self._reload()
+            publish_ns = self.config.publish_interval_ns
+            sample_ns = self.config.sample_interval_ns
             now = time.monotonic_ns()
             publishing = now >= next_pub
             oversampling = self.tick(now, publishing)
@@ -220,6 +289,22 @@ class Agent:
             if ready:
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake_fd, 512)
+
+    def request_reload(self) -> None:
+        """Ask the loop to reload the config (async-signal-safe: sets a flag)."""
+        self._reload_requested = True
+
+    def _reload(self) -> None:
+        """Load the config again through ``reload_source``; keep the old one if it is bad."""
+        assert self.reload_source is not None
+        try:
+            new = self.reload_source()
+        except RezolusError as e:
+            log.error("reload rejected, still running the previous config: %s", e)
+            return
+        changes = self.reload(new)
+        log.info("reloaded %s: %s", new.path or "defaults",
+                 "; ".join(changes) if changes else "nothing changed")
 
     def _write_status(self) -> None:
         """Write the samplers' status for `rezolus-ue events` when it changed."""
@@ -242,13 +327,7 @@ class Agent:
     def close(self) -> None:
         """Close every sampler and unregister every event."""
         for st in self.states.values():
-            if st.sampler is not None:
-                try:
-                    if st.status == "active":
-                        st.sampler.deactivate()
-                    st.sampler.close()
-                except Exception as e:
-                    log.debug("closing sampler %s: %s", st.name, e)
+            self._stop_sampler(st)
         if self.publisher is not None:
             self.publisher.close()
         if self.runtime_dir is not None:

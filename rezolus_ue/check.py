@@ -124,6 +124,23 @@ def _probe_kprobes(root: Path | None) -> Result:
                   " samplers that need kprobes will be unavailable (tracepoints still work)")
 
 
+def _probe_capabilities() -> Result:
+    from .privilege import RUNTIME_CAPS, missing
+
+    try:
+        lacking = missing(RUNTIME_CAPS)
+    except (OSError, KeyError, ValueError) as e:
+        return Result("capabilities", "warn", f"cannot read /proc/self/status: {e}")
+    if not lacking:
+        return Result("capabilities", "pass", f"{' and '.join(RUNTIME_CAPS)} in effect (the"
+                      " agent keeps only these after start-up)")
+    why = {"CAP_BPF": "BPF samplers cannot load",
+           "CAP_PERFMON": "BPF programs cannot attach and perf counters cannot open"}
+    return Result("capabilities", "warn", "missing " + "; ".join(
+        f"{c}: {why[c]}" for c in lacking) + " (run as root, or grant them, e.g. systemd"
+        " AmbientCapabilities=CAP_BPF CAP_PERFMON)")
+
+
 def probe_samplers(config: Config) -> list[Result]:
     """Return, per registered sampler, whether it can start here (and why not)."""
     from .samplers import REGISTRY, Roots, SamplerContext
@@ -155,8 +172,8 @@ def probe_samplers(config: Config) -> list[Result]:
 def run_checks(mount: bool = True, config: Config | None = None) -> list[Result]:
     """Return every probe's result, required ones first, then each sampler's."""
     tracefs, root = _probe_tracefs(mount)
-    out = [tracefs, _probe_user_events(root), _probe_bpf(), _probe_btf(), *_probe_perf(),
-           _probe_kprobes(root)]
+    out = [tracefs, _probe_user_events(root), _probe_capabilities(), _probe_bpf(),
+           _probe_btf(), *_probe_perf(), _probe_kprobes(root)]
     if config is not None:
         out += probe_samplers(config)
     return out

@@ -156,17 +156,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from .agent import RUNTIME_DIR, Agent, single_instance_lock
 
-    conf = load_config(args.config)
     overrides = {k: v for k, v in (("publish_interval", args.interval),
                                     ("sample_interval", args.sample_interval)) if v is not None}
-    if overrides:
-        agent = {**conf.agent, **overrides}
-        if "sample_interval" not in overrides:
-            # A faster publish interval drags the sample interval along.
-            agent["sample_interval"] = min(agent["sample_interval"], agent["publish_interval"])
-        if agent["sample_interval"] > agent["publish_interval"]:
-            raise ConfigError("--sample-interval must not exceed the publish interval")
-        conf = replace(conf, agent=agent)
+
+    def configure() -> cfg.Config:
+        """Load the config with the command line's overrides (again on SIGHUP)."""
+        conf = load_config(args.config)
+        if overrides:
+            agent = {**conf.agent, **overrides}
+            if "sample_interval" not in overrides:
+                # A faster publish interval drags the sample interval along.
+                agent["sample_interval"] = min(agent["sample_interval"],
+                                               agent["publish_interval"])
+            if agent["sample_interval"] > agent["publish_interval"]:
+                raise ConfigError("--sample-interval must not exceed the publish interval")
+            conf = replace(conf, agent=agent)
+        return conf
+
+    conf = configure()
     log.setLevel(str(conf.agent["log_level"]).upper())
     lock = single_instance_lock()
     agent = Agent(conf, _tracefs_root(str(conf.agent["tracefs"])),
@@ -175,15 +182,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
     rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
     def on_signal(signum: int, _frame: object) -> None:
-        stop.append(signum)
+        if signum == signal.SIGHUP:
+            agent.request_reload()
+        else:
+            stop.append(signum)
 
+    agent.reload_source = configure
     old_wakeup = signal.set_wakeup_fd(wfd)
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, on_signal)
+                for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         agent.start()
         names = agent.event_names
         if not names:
             raise ConfigError("no sampler could start: nothing to publish (see warnings above)")
+        if conf.agent["drop_capabilities"]:
+            from .privilege import drop_after_start
+
+            drop_after_start()
         log.info("publishing %d events via %s: %s", len(names), agent.tracefs, ", ".join(names))
         log.info("watch with: perf record -e 'user_events:rezolus_*' -a -- sleep 10;"
                  " perf script")

@@ -145,6 +145,9 @@ AGENT_OPTIONS: tuple[Option, ...] = (
            " user_events_multi:<name>.<id>, so agents of different versions can coexist."),
     Option("log_level", "choice", "info", "How much the agent logs to stderr.",
            choices=("debug", "info", "warning", "error")),
+    Option("drop_capabilities", "bool", True,
+           "After start-up keep only CAP_BPF and CAP_PERFMON (BPF programs load on demand),"
+           " dropping every other capability from every set, the bounding set included."),
 )
 
 #: Options every sampler section has; samplers may add their own (Sampler.options).

@@ -46,6 +46,13 @@ class Publisher:
             out[s.name] = h
         return out
 
+    def unregister(self, names: Iterable[str]) -> None:
+        """Unregister the named events (a sampler removed by a config reload)."""
+        for name in names:
+            h = self.handles.pop(name, None)
+            if h is not None:
+                h.unregister()
+
     def close(self) -> None:
         """Unregister everything and close the data file."""
         self._data.close()

@@ -548,3 +548,101 @@ def test_single_instance_lock_skipped_when_dir_unusable(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     assert single_instance_lock(blocker / "run") is None
+
+
+# --- config reload (SIGHUP) --------------------------------------------------------------
+
+
+class FakePublisher:
+    """Hands out FakeHandles like Publisher.register (idempotent); records unregisters."""
+
+    def __init__(self) -> None:
+        self.handles: dict[str, FakeHandle] = {}
+        self.unregistered: list[str] = []
+        self.stats = None
+
+    def register(self, schemas) -> dict[str, FakeHandle]:  # type: ignore[no-untyped-def]
+        return {s.name: self.handles.setdefault(s.name, FakeHandle(False)) for s in schemas}
+
+    def unregister(self, names) -> None:  # type: ignore[no-untyped-def]
+        for n in names:
+            if self.handles.pop(n, None) is not None:
+                self.unregistered.append(n)
+
+    def close(self) -> None:
+        self.handles.clear()
+
+
+def _only(**enabled: bool) -> config.Config:
+    """Return the defaults with just the named samplers enabled (procfs ones: host-safe)."""
+    base = config.defaults(options())
+    samplers = {n: {**o, "enabled": enabled.get(n, False)} for n, o in base.samplers.items()}
+    return config.Config(None, base.agent, samplers)
+
+
+def _reloading_agent(conf: config.Config) -> tuple[Agent, FakePublisher]:
+    agent = Agent(conf, Path("/nonexistent"))
+    pub = FakePublisher()
+    agent.publisher = pub  # type: ignore[assignment]
+    for name in REGISTRY:
+        agent.states[name] = agent._start_sampler(name)
+    return agent, pub
+
+
+def test_reload_adds_removes_and_retunes_keeping_unchanged_samplers() -> None:
+    agent, pub = _reloading_agent(_only(cpu_usage=True, memory=True, cgroup=True))
+    try:
+        cpu, mem = agent.states["cpu_usage"].sampler, agent.states["memory"].sampler
+        cpu_handles = dict(cpu.handles)  # type: ignore[union-attr]
+        new = _only(cpu_usage=True, cgroup=True, scheduler=True)
+        cg = dict(new.samplers["cgroup"])
+        cg["max_cgroups"] = int(cg["max_cgroups"]) + 1  # type: ignore[call-overload]
+        new = config.Config(None, new.agent, {**new.samplers, "cgroup": cg})
+        old_cgroup = agent.states["cgroup"].sampler
+        changes = agent.reload(new)
+        assert agent.states["cpu_usage"].sampler is cpu, "unchanged sampler restarted"
+        assert agent.states["cpu_usage"].sampler.handles == cpu_handles  # type: ignore[union-attr]
+        assert agent.states["memory"].status == "disabled"
+        assert mem is not None and set(pub.unregistered) == {
+            e.name for e in REGISTRY["memory"].events()}
+        assert agent.states["scheduler"].status == "idle"
+        assert agent.states["cgroup"].sampler is not old_cgroup
+        assert sorted(changes) == ["cgroup re-tuned (idle)", "memory removed (disabled)",
+                                   "scheduler added (idle)"]
+    finally:
+        agent.close()
+
+
+def test_reload_applies_intervals_and_defers_restart_keys(
+        caplog: pytest.LogCaptureFixture) -> None:
+    agent, _pub = _reloading_agent(_only(cpu_usage=True))
+    try:
+        a = {**agent.config.agent, "publish_interval": 2 * 10**9, "persist": True}
+        with caplog.at_level(logging.WARNING, logger="rezolus_ue"):
+            changes = agent.reload(config.Config(None, a, agent.config.samplers))
+        assert changes == ["agent.publish_interval"]
+        assert agent.config.publish_interval_ns == 2 * 10**9
+        assert agent.config.agent["persist"] is False, "persist needs a restart"
+        assert "agent.persist changed; it takes effect at the next restart" in caplog.text
+    finally:
+        agent.close()
+
+
+def test_bad_config_on_reload_keeps_the_old_one(caplog: pytest.LogCaptureFixture,
+                                                tmp_path: Path) -> None:
+    agent, _pub = _reloading_agent(_only(cpu_usage=True))
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[agent]\npublish_interval = \"fast\"\n")
+    try:
+        before = agent.config
+        agent.reload_source = lambda: config.load(bad, options())
+        agent.request_reload()
+        stop = iter([False, True])
+        with caplog.at_level(logging.ERROR, logger="rezolus_ue"):
+            agent.run(os.pipe()[0], lambda: next(stop))
+        assert agent.config is before
+        assert "reload rejected, still running the previous config" in caplog.text
+        assert f"{bad}:2" in caplog.text
+        assert agent.states["cpu_usage"].status == "idle"
+    finally:
+        agent.close()

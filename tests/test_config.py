@@ -99,7 +99,7 @@ def test_defaults() -> None:
     assert dict(d.agent) == {
         "publish_interval": 1_000_000_000, "sample_interval": 100_000_000, "tracefs": "",
         "procfs": "/proc", "sysfs": "/sys", "persist": False, "multi_format": False,
-        "log_level": "info",
+        "log_level": "info", "drop_capabilities": True,
     }
     assert set(d.samplers) == set(REGISTRY)
     assert all(d.sampler_enabled(name) for name in REGISTRY)

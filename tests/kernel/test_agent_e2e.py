@@ -155,3 +155,29 @@ def test_ftrace_shows_cpu_usage_fields(tracefs, agent, instance):
     for f in CPU_USAGE.fields:
         assert f"{f.name}=" in lines[0]
     tracefs.disable(G, CPU_USAGE.name, instance=instance)
+
+
+def test_sighup_reloads_and_a_bad_config_keeps_the_old_one(tracefs, tmp_path):
+    from rezolus_ue.metrics.catalog import MEMORY
+
+    conf = tmp_path / "rezolus-ue.toml"
+    conf.write_text("[samplers.memory]\nenabled = true\n")
+    a = AgentProcess("--config", str(conf), "--interval", "200ms")
+    try:
+        a.wait_registered(tracefs)
+        assert MEMORY.name in tracefs.user_events_status().events
+        conf.write_text("[samplers.memory]\nenabled = false\n")
+        a.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: MEMORY.name not in tracefs.user_events_status().events, timeout=30)
+        assert CPU_USAGE.name in tracefs.user_events_status().events, "unchanged sampler lost"
+        conf.write_text("[samplers.memory]\nenabled = maybe\n")
+        a.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reload rejected" in a.output(), timeout=30)
+        assert f"{conf}:2" in a.output()
+        assert a.proc.poll() is None, "a bad config stopped the agent"
+        assert CPU_USAGE.name in tracefs.user_events_status().events
+        assert a.stop() == 0
+        assert "Traceback" not in a.output()
+    finally:
+        a.stop()
+        a.log.close()

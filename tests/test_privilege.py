@@ -1,0 +1,74 @@
+"""Least privilege: parsing capability sets (pure) and dropping them (host, root)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rezolus_ue import privilege
+
+STATUS = """Name:\tpython3
+CapInh:\t0000000000000000
+CapPrm:\t000001ffffffffff
+CapEff:\t000001ffffffffff
+CapBnd:\t000001ffffffffff
+CapAmb:\t0000000000000000
+NoNewPrivs:\t0
+"""
+
+
+def test_parse_status_and_members() -> None:
+    caps = privilege.parse_status(STATUS)
+    assert caps["CapEff"] == (1 << 41) - 1 and caps["CapInh"] == 0
+    assert privilege.members(1 << 39 | 1 << 38) == {38, 39}
+    assert privilege.cap_name(39) == "CAP_BPF" and privilege.cap_name(63) == "cap_63"
+
+
+def test_missing_names_what_is_not_in_effect(tmp_path: Path) -> None:
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self/status").write_text(STATUS.replace("000001ffffffffff", "0000008000000000",
+                                                         2))
+    # CapPrm and CapEff now hold CAP_BPF (39) only.
+    assert privilege.missing(privilege.RUNTIME_CAPS, tmp_path) == ["CAP_PERFMON"]
+
+
+DROP_THEN_USE_BPF = """
+import json, os
+from rezolus_ue import privilege
+from rezolus_ue.samplers import Roots, SamplerContext
+from rezolus_ue.samplers.scheduler_runqueue import SchedulerRunqueue
+dropped = privilege.drop_to()
+s = SchedulerRunqueue(SamplerContext(Roots(), {"attach": "auto", "collect": "on-demand"}))
+s.start()
+s.activate()
+attached = s.bpf.attached
+s.deactivate()
+s.close()
+print(json.dumps({"caps": privilege.current(), "dropped": dropped, "attached": attached}))
+"""
+
+
+@pytest.mark.host
+def test_after_dropping_the_agent_still_loads_and_attaches_bpf() -> None:
+    """CAP_BPF + CAP_PERFMON are enough for on-demand BPF (the claim behind the drop)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (capabilities to drop)")
+    from rezolus_ue.bpf import build
+
+    if not build.object_path("scheduler_runqueue").exists():
+        pytest.skip("BPF objects not built")
+    p = subprocess.run([sys.executable, "-c", DROP_THEN_USE_BPF], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.splitlines()[-1])
+    want = 1 << privilege.CAPS["CAP_BPF"] | 1 << privilege.CAPS["CAP_PERFMON"]
+    caps = out["caps"]
+    assert caps["CapEff"] == caps["CapPrm"] == caps["CapBnd"] == want
+    assert caps["CapInh"] == caps.get("CapAmb", 0) == 0
+    assert "CAP_SYS_ADMIN" in out["dropped"] and "CAP_BPF" not in out["dropped"]
+    assert out["attached"] is True
