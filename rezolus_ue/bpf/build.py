@@ -54,8 +54,11 @@ def target_arch(machine: str | None = None) -> str:
         raise BuildError(f"no BPF target architecture known for {m!r}") from None
 
 
-def object_path(name: str, output: Path = OUTPUT_DIR) -> Path:
-    """Return where the object of ``bpf/<name>.bpf.c`` is built."""
+def object_path(name: str, output: Path | None = None) -> Path:
+    """Return where the object of ``bpf/<name>.bpf.c`` is built (the agent loads it from
+    there; ``REZOLUS_UE_BPF_OBJECTS`` names another directory, e.g. installed objects)."""
+    if output is None:
+        output = Path(os.environ.get("REZOLUS_UE_BPF_OBJECTS") or OUTPUT_DIR)
     return output / f"{name}.bpf.o"
 
 

@@ -1,0 +1,114 @@
+"""A real agent process forked from the test process, for the reliability suite.
+
+Forking from the already-imported test process instead of exec'ing a new interpreter
+makes each start cost the agent's own start-up, not Python's and NumPy's imports: under
+the VM's emulated CPU that is the difference between seconds and minutes for 100 starts.
+The child runs ``rezolus-ue run`` exactly as the command line does (``cli.main``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from rezolus_ue.samplers import REGISTRY
+
+
+def config_with(tmp: Path, *samplers: str, **agent: str) -> Path:
+    """Write a config enabling only ``samplers`` and return its path."""
+    lines = ["[agent]", *(f"{k} = {v}" for k, v in agent.items()), ""]
+    for name in REGISTRY:
+        lines += [f"[samplers.{name}]", f"enabled = {'true' if name in samplers else 'false'}",
+                  ""]
+    path = tmp / "reliability.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+class ForkedAgent:
+    """``rezolus-ue run --config CONF`` in a forked child; stdout+stderr to ``log``."""
+
+    def __init__(self, conf: Path, log: Path, *args: str) -> None:
+        self.log = log
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the agent
+            code = 1
+            try:
+                fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                    signal.signal(s, signal.SIG_DFL)
+                from rezolus_ue import cli
+
+                code = cli.main(["run", "--config", str(conf), *args])
+            except BaseException as e:  # report it; never return into pytest
+                os.write(2, f"child failed: {e!r}\n".encode())
+            finally:
+                os._exit(code)
+        self.pid = pid
+        self.status: int | None = None
+
+    def alive(self) -> bool:
+        if self.status is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.status = status
+        return self.status is None
+
+    def kill9(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        _, self.status = os.waitpid(self.pid, 0)
+
+    def stop(self) -> int:
+        if self.alive():
+            os.kill(self.pid, signal.SIGTERM)
+            _, self.status = os.waitpid(self.pid, 0)
+        assert self.status is not None
+        return os.waitstatus_to_exitcode(self.status)
+
+    def fds(self) -> int:
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def rss_kib(self) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+    def output(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+
+def program_names() -> set[str]:
+    """Return the names of every program in our built BPF objects (opened, not loaded)."""
+    from rezolus_ue.bpf import build
+    from rezolus_ue.bpf.libbpf import Object
+
+    names: set[str] = set()
+    for path in sorted(build.OUTPUT_DIR.glob("*.bpf.o")):
+        with Object(path) as obj:
+            names |= set(obj.programs)
+    return names
+
+
+def _bpftool(*args: str) -> list[dict]:
+    out = subprocess.run(["bpftool", *args, "-j"], capture_output=True, text=True,
+                         check=True).stdout
+    return json.loads(out or "[]")
+
+
+def ours_in_kernel(names: set[str]) -> tuple[list[str], list[int]]:
+    """Return our loaded programs (by name) and the ids of links attaching them."""
+    # The kernel keeps 15 characters of a program's name.
+    short = {n[:15] for n in names}
+    progs = {p["id"]: p.get("name", "") for p in _bpftool("prog", "show")
+             if p.get("name", "") in short}
+    links = [ln["id"] for ln in _bpftool("link", "show") if ln.get("prog_id") in progs]
+    return sorted(progs.values()), links

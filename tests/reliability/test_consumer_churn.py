@@ -1,0 +1,77 @@
+"""1000 consumer attach/detach cycles, perf and ftrace mixed, while the agent runs: no
+crash, and the agent's open fds and RSS stay flat.
+
+"perf" here is perf_event_open on the tracepoint on every CPU (what ``perf record -a``
+does, through our binding, so a cycle costs milliseconds, not a perf start-up), "ftrace"
+is enabling the event in a tracefs instance. Every 100th cycle takes a BPF sampler's
+event, so its programs are loaded, attached and unloaded too.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from rezolus_ue.metrics.catalog import (
+    AGENT,
+    CPU_USAGE,
+    MEMORY,
+    SCHEDULER,
+    SCHEDULER_RUNQUEUE_LATENCY,
+)
+from rezolus_ue.perf_event import TracepointSubscription
+
+from .agentproc import ForkedAgent, config_with, ours_in_kernel, program_names
+from .conftest import wait_for
+
+pytestmark = pytest.mark.kernel
+G = "user_events"
+CYCLES = 1000
+WARMUP = 100
+
+
+def test_consumer_churn_keeps_the_agent_flat(tracefs, instance, tmp_path):
+    conf = config_with(tmp_path, "cpu_usage", "memory", "scheduler", "agent",
+                       "scheduler_runqueue", publish_interval='"20ms"',
+                       sample_interval='"10ms"')
+    log = tmp_path / "agent.log"
+    a = ForkedAgent(conf, log)
+    procfs_events = [CPU_USAGE.event, CPU_USAGE.dist_schema.name, MEMORY.event,
+                     SCHEDULER.event, AGENT.event]
+    try:
+        wait_for(lambda: set(procfs_events) <= set(tracefs.user_events_status().events)
+                 or not a.alive(), timeout=60)
+        assert a.alive(), a.output()
+        rng = random.Random(42)
+        figures = {}
+        for cycle in range(CYCLES):
+            if cycle == WARMUP:
+                figures["start"] = (a.fds(), a.rss_kib())
+            bpf = cycle % 100 == 50
+            event = SCHEDULER_RUNQUEUE_LATENCY.event if bpf else rng.choice(procfs_events)
+            if cycle % 2:
+                tp_id = tracefs.event_id(G, event)
+                with TracepointSubscription(tp_id):
+                    time.sleep(rng.uniform(0, 0.03) + (0.3 if bpf else 0))
+            else:
+                tracefs.enable(G, event, instance=instance)
+                time.sleep(rng.uniform(0, 0.03) + (0.3 if bpf else 0))
+                tracefs.disable(G, event, instance=instance)
+            assert a.alive(), f"cycle {cycle}: agent died: {a.output()[-2000:]}"
+        # Let the agent notice the last detach and unload (one interval, with slack).
+        wait_for(lambda: ours_in_kernel(program_names()) == ([], []), timeout=30)
+        time.sleep(0.5)
+        figures["end"] = (a.fds(), a.rss_kib())
+        (fd0, rss0), (fd1, rss1) = figures["start"], figures["end"]
+        print(f"{CYCLES} consumer cycles: agent fds {fd0} -> {fd1}, RSS {rss0} -> {rss1} KiB"
+              f" ({rss1 - rss0:+d} KiB after {WARMUP} warm-up cycles)")
+        assert fd1 <= fd0, "fds grew"
+        assert rss1 - rss0 < 1024, "RSS grew by 1 MiB or more"
+        assert a.stop() == 0
+        out = a.output()
+        assert "Traceback" not in out and "failed" not in out, out[-3000:]
+    finally:
+        if a.alive():
+            a.kill9()

@@ -1,0 +1,51 @@
+"""The agent itself under missing features (VM): kernel BTF hidden and tracefs unmounted
+in its mount namespace; it mounts tracefs, runs every sampler that does not need BPF, and
+reports the BPF ones unavailable, with the reason, in its status (`rezolus-ue events`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rezolus_ue.metrics.catalog import CPU_USAGE, SCHEDULER_RUNQUEUE_LATENCY
+
+from .conftest import wait_for
+
+pytestmark = pytest.mark.kernel
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_agent_without_btf_and_tracefs_runs_the_rest(tracefs, tmp_path):
+    runtime = tmp_path / "run"
+    log = tmp_path / "agent.log"
+    setup = ("mount -t tmpfs none /sys/kernel/btf;"
+             " for m in /sys/kernel/tracing /sys/kernel/debug/tracing; do"
+             " umount -l $m 2>/dev/null || true; done")
+    cmd = f"{sys.executable} -m rezolus_ue run --interval 200ms"
+    with open(log, "w") as out:
+        p = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                              f"{setup}; exec {cmd}"], cwd=ROOT, stdout=out,
+                             stderr=subprocess.STDOUT,
+                             env={**os.environ, "REZOLUS_UE_RUNTIME_DIR": str(runtime)})
+    try:
+        status = runtime / "status.json"
+        wait_for(lambda: p.poll() is not None or (status.exists()
+                 and CPU_USAGE.event in tracefs.user_events_status().events), timeout=120)
+        assert p.poll() is None, log.read_text()
+        samplers = json.loads(status.read_text())["samplers"]
+        rq = samplers["scheduler_runqueue"]
+        assert rq["status"] == "unavailable" and "BTF" in rq["reason"], rq
+        assert samplers["cpu_usage"]["status"] in ("idle", "active")
+        assert SCHEDULER_RUNQUEUE_LATENCY.event not in tracefs.user_events_status().events
+    finally:
+        p.send_signal(signal.SIGTERM)
+        code = p.wait(timeout=60)
+    out = log.read_text()
+    assert code == 0, out
+    assert "Traceback" not in out
