@@ -224,7 +224,11 @@ class Agent:
                 continue
             if st.status != "active":
                 log.info("%s: consumer attached, sampling", st.name)
-                ok = self._call(st, sampler.activate)
+                try:
+                    ok = self._call(st, sampler.activate)
+                except (SamplerUnavailable, RezolusError) as e:
+                    self._make_unavailable(st, e)
+                    continue
                 st.reason = sampler.detail
                 if not ok:
                     continue  # retried next tick
@@ -249,10 +253,31 @@ class Agent:
         self._write_status()
         return oversampling
 
+    def _make_unavailable(self, st: SamplerState, e: RezolusError) -> None:
+        """A sampler found at activation that it cannot run here (e.g. the verifier
+        rejected its BPF program): report why, release it and unregister its events."""
+        reason = e.reason if isinstance(e, SamplerUnavailable) else str(e)
+        log.error("sampler %s unavailable: %s", st.name, reason)
+        self.sampler_errors += 1
+        assert st.sampler is not None
+        events = [ev.name for ev in st.sampler.events()]
+        with contextlib.suppress(Exception):
+            st.sampler.close()
+        if self.publisher is not None:
+            self.publisher.unregister(events)
+        st.sampler, st.status, st.reason = None, "unavailable", reason
+
     def _call(self, st: SamplerState, hook) -> bool:  # type: ignore[no-untyped-def]
-        """Run an activate/deactivate hook; count and log a failure instead of raising."""
+        """Run an activate/deactivate hook; count and log a failure instead of raising,
+        except RezolusError from activate: the sampler cannot run (the caller decides)."""
         try:
             hook()
+        except RezolusError:
+            if hook.__name__ == "activate":
+                raise
+            self.sampler_errors += 1
+            st.errors += 1
+            return False
         except Exception as e:
             self.sampler_errors += 1
             st.errors += 1

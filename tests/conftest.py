@@ -106,11 +106,13 @@ class VMResults:
         }
 
     def _run(self, nodeids: list[str] | None = None) -> None:
+        suffix = "" if nodeids is None else "-rerun"
         nodeids = nodeids or self.nodeids
         VM_DIR.mkdir(parents=True, exist_ok=True)
         report = VM_DIR / "report.json"
         report.unlink(missing_ok=True)
-        logf = VM_DIR / "pytest.log"
+        # Each boot keeps its own log (a rerun must not overwrite the first boot's).
+        logf = VM_DIR / f"pytest{suffix}.log"
         # The command travels on the guest kernel's command line (2 KiB at most), so the
         # test list goes in a script on the shared checkout instead.
         script = VM_DIR / "run.sh"
@@ -125,6 +127,7 @@ class VMResults:
         cmd = [
             _which("vng") or "vng", "--run", KERNEL_IMAGE, "--disable-kvm", "--force-9p",
             "--user", "root", "--cpus", "2", "--memory", "4G", "--rwdir", str(ROOT),
+            "--verbose",  # the guest kernel's console lands in vng.log: why a guest died
             "--exec", f"sh {shlex.quote(str(script))}",
         ]
         start = time.monotonic()
@@ -137,7 +140,7 @@ class VMResults:
         except OSError as e:
             out = f"cannot start vng: {e}"
         self.seconds += time.monotonic() - start
-        (VM_DIR / "vng.log").write_text(out)
+        (VM_DIR / f"vng{suffix}.log").write_text(out)
         self.log = logf.read_text(errors="replace") if logf.exists() else ""
         try:
             self.outcomes = json.loads(report.read_text())
@@ -251,6 +254,15 @@ class _VMReporter:
             cur["outcome"] = "skipped"
             lr = report.longrepr
             cur["longrepr"] = lr[2] if isinstance(lr, tuple) else str(lr)
+        if report.when == "teardown":
+            # After every test, not only at the end: a guest that dies part-way still
+            # leaves the results so far, and the host reruns only the rest.
+            self._write()
+
+    def _write(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.results, indent=1))
+        os.replace(tmp, self.path)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        self.path.write_text(json.dumps(self.results, indent=1))
+        self._write()

@@ -491,8 +491,10 @@ def test_run_publishes_every_publish_interval_until_stopped() -> None:
     elapsed = run_agent(agent, lambda: len(s.publishes) >= 3)
     assert len(s.publishes) == 3
     assert s.samples == s.publishes  # no _dist consumer: sampled only to publish
-    gaps = np.diff(s.publishes)
-    assert all(g >= 15_000_000 for g in gaps), gaps
+    # Publishes follow the interval's grid (a late one is followed by a shorter gap, so
+    # single gaps say little on a loaded machine): three of them span two intervals, less
+    # the first one's lateness.
+    assert s.publishes[-1] - s.publishes[0] >= 20_000_000, np.diff(s.publishes)
     assert elapsed < 5
 
 
@@ -646,3 +648,28 @@ def test_bad_config_on_reload_keeps_the_old_one(caplog: pytest.LogCaptureFixture
         assert agent.states["cpu_usage"].status == "idle"
     finally:
         agent.close()
+
+
+class Unloadable(FakeSampler):
+    """A sampler that finds at activation that it cannot run (e.g. a verifier rejection)."""
+
+    def activate(self) -> None:
+        from rezolus_ue.errors import SamplerUnavailable
+
+        raise SamplerUnavailable("fake", "the verifier rejected program x: R1 invalid")
+
+
+def test_sampler_that_cannot_activate_becomes_unavailable_and_unregisters() -> None:
+    bad, good = Unloadable(), FakeSampler()
+    agent = make_agent(bad=bad, good=good)
+    pub = FakePublisher()
+    pub.register(bad.events())
+    agent.publisher = pub  # type: ignore[assignment]
+    agent.tick(1, True)
+    st = agent.states["bad"]
+    assert st.status == "unavailable" and "verifier rejected" in st.reason
+    assert st.sampler is None and bad.closed
+    assert set(pub.unregistered) == {e.name for e in bad.events()}
+    assert agent.states["good"].status == "active" and good.publishes == [1]
+    agent.tick(2, True)  # not retried
+    assert agent.sampler_errors == 1
