@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .bpf.loader import release_probes
 from .config import Config
 from .errors import RezolusError, SamplerUnavailable
 from .metrics.types import Histogram
@@ -108,6 +109,7 @@ class Agent:
         self.publisher = Publisher(self.tracefs, bool(a["persist"]), bool(a["multi_format"]))
         for name in REGISTRY:
             self.states[name] = self._start_sampler(name)
+        release_probes()
         self._write_status()
 
     def _start_sampler(self, name: str) -> SamplerState:

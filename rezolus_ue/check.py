@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tracefs_tools import Tracefs, TracefsError, find_tracefs
 
+from .bpf.loader import release_probes
 from .config import Config
 from .errors import KernelFeatureMissing, RezolusError, SamplerUnavailable
 from .user_events import missing_user_events_hint
@@ -161,11 +162,19 @@ def probe_samplers(config: Config) -> list[Result]:
             out.append(Result(label, "warn", f"unavailable: {reason}"))
             continue
         try:
+            sampler.verify()
+        except (SamplerUnavailable, RezolusError, OSError) as e:
+            reason = e.reason if isinstance(e, SamplerUnavailable) else str(e)
+            out.append(Result(label, "warn", f"unavailable: {reason}"))
+            sampler.close()
+            continue
+        try:
             detail = sampler.detail
             sampler.close()
         except Exception as e:  # closing must not hide the others' results
             detail = f"close failed: {e}"
         out.append(Result(label, "pass", "available" + (f" ({detail})" if detail else "")))
+    release_probes()
     return out
 
 

@@ -200,6 +200,16 @@ class Features:
         return self.tracefs_event(hook.tracepoint, hook.category)
 
 
+#: The probes every sampler shares (one parse of the kernel's BTF for all of them);
+#: ``release_probes`` frees that parse once the samplers have started.
+SHARED_FEATURES = Features()
+
+
+def release_probes() -> None:
+    """Free the kernel BTF parsed for probing (answers stay cached)."""
+    SHARED_FEATURES.release()
+
+
 def choose(hooks: dict[str, Hook], features: Features, prefer: str = "auto") -> dict[str, str]:
     """Return, for each tracepoint, the chosen attach kind.
 
@@ -238,7 +248,7 @@ class BpfObject:
         self.name = name
         self.path = Path(path) if path else build.object_path(name)
         self.prefer = prefer
-        self.features = features or Features()
+        self.features = features or SHARED_FEATURES
         self.per_cpu_maps = per_cpu_maps
         #: Called with the opened object just before load: set .rodata/.data values here.
         self.before_load = before_load
@@ -256,15 +266,19 @@ class BpfObject:
         #: NumPy views by map name (or section/variable), valid across unload/load.
         self._views: dict[str, np.ndarray] = {}
 
-    def load(self) -> BpfObject:
+    def load(self, programs: bool = True) -> BpfObject:
         """Open, pick the programs, size per-CPU maps and load; return self.
 
-        Raise SamplerUnavailable naming the build command when the object is missing, and
-        the binding's translated errors otherwise. After ``unload`` it loads again, with
-        the same attach kinds and the kept maps.
+        ``programs=False`` creates the maps only (nothing is verified: cheap): a sampler
+        starts that way to map its kept arrays, and loads its programs when a consumer
+        comes. Raise SamplerUnavailable naming the build command when the object is
+        missing, and the binding's translated errors otherwise. After ``unload`` it loads
+        again, with the same attach kinds and the kept maps.
         """
         if self.obj is not None:
-            return self
+            if self.programs or not programs:
+                return self
+            self.unload()  # maps only so far: load again, with the programs
         if not self.path.exists():
             raise SamplerUnavailable(self.name, f"BPF object {self.path} is not built: run"
                                      f" `{build.BUILD_COMMAND}` (needs clang, bpftool,"
@@ -275,13 +289,10 @@ class BpfObject:
             hooks = {n: h for n, p in obj.programs.items()
                      if (h := parse_section(p.section)) is not None}
             if not self.chosen:  # probed once: the kernel does not change under us
-                try:
-                    self.chosen = choose(hooks, self.features, self.prefer)
-                finally:
-                    self.features.release()
+                self.chosen = choose(hooks, self.features, self.prefer)
             for n, p in obj.programs.items():
                 h = hooks.get(n)
-                p.autoload = h is None or self.chosen[h.tracepoint] == h.kind
+                p.autoload = programs and (h is None or self.chosen[h.tracepoint] == h.kind)
             self.programs = [p for p in obj.programs.values() if p.autoload]
             if self.per_cpu_maps:
                 ncpu = num_possible_cpus()
@@ -306,7 +317,7 @@ class BpfObject:
     @property
     def loaded(self) -> bool:
         """Return True while the programs are in the kernel."""
-        return self.obj is not None
+        return self.obj is not None and bool(self.programs)
 
     def unload(self) -> None:
         """Detach and close the object: no program stays loaded; kept maps stay."""

@@ -74,6 +74,10 @@ class Sampler(ABC):
     def start(self) -> None:  # noqa: B027 - optional hook
         """Acquire what sample/publish need; raise SamplerUnavailable when it cannot run."""
 
+    def verify(self) -> None:  # noqa: B027 - optional hook
+        """Check, beyond ``start``, what would otherwise fail only at the first activation
+        (BPF samplers: the verifier). ``rezolus-ue check`` calls it after ``start``."""
+
     def bind(self, handles: Mapping[str, EventHandle]) -> None:
         """Receive the registered handles of this sampler's events (keyed by event name)."""
         self.handles = dict(handles)

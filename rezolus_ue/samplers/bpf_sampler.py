@@ -1,10 +1,13 @@
 """What every BPF sampler shares: loading by probed attach kind, demand-driven collection,
 and interval bookkeeping.
 
-Lifecycle (``collect = "on-demand"``, the default): ``start`` loads the object once, so a
-missing object, missing BTF or a verifier rejection shows at start and in
-``rezolus-ue check``, maps the kept arrays, then unloads it: with no consumer none of our
-programs is in the kernel. ``activate`` (a consumer enabled one of the sampler's events)
+Lifecycle (``collect = "on-demand"``, the default): ``start`` probes the attach kinds and
+creates the maps only (no program is loaded or verified: starting stays cheap, which
+matters with many BPF samplers), so a missing object, missing BTF or an unsupported
+hook shows at start; ``verify`` (run by ``rezolus-ue check``) loads the programs too, so
+a verifier rejection shows there, and otherwise at the first activation, which then makes
+the sampler unavailable with the verifier's reason. With no consumer none of our programs
+is in the kernel. ``activate`` (a consumer enabled one of the sampler's events)
 loads and attaches; ``deactivate`` (the last consumer left; the agent checks every publish
 interval) detaches and unloads. The maps named in ``keep_maps`` survive unloading
 (``BpfObject.unload``), so histograms and counters stay cumulative across cycles, and
@@ -81,7 +84,7 @@ class BpfSampler(Sampler):
         bpf = BpfObject(self.bpf_object, prefer=str(self.ctx.options.get("attach", "auto")),
                         per_cpu_maps=self.per_cpu_maps, keep_maps=self.keep_maps,
                         before_load=self.configure)
-        bpf.load()
+        bpf.load(programs=self.collect == "always")
         try:
             self._hists = {fam: bpf.array(m) for fam, m in self.histograms}
             self.setup(bpf)
@@ -96,6 +99,13 @@ class BpfSampler(Sampler):
             self.activate()
         else:
             bpf.unload()
+
+    def verify(self) -> None:
+        """Load the programs once (the verifier runs), then unload them again."""
+        if self._bpf.attached:
+            return
+        self._bpf.load()
+        self._bpf.unload()
 
     @property
     def bpf(self) -> BpfObject:
