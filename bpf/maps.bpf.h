@@ -45,4 +45,28 @@ static __always_inline void *this_cpu_line(void *map)
 	return bpf_map_lookup_elem(map, &cpu);
 }
 
+/*
+ * rows cumulative H2 histograms in one mmapable array (row r: entries r * H2_BUCKETS to
+ * (r + 1) * H2_BUCKETS - 1), for a histogram per kind or per slot; user space may resize
+ * it before load (max_entries = rows * H2_BUCKETS).
+ */
+#define H2_HISTOGRAMS(name, rows)                                                           \
+	struct {                                                                            \
+		__uint(type, BPF_MAP_TYPE_ARRAY);                                           \
+		__uint(map_flags, BPF_F_MMAPABLE);                                          \
+		__type(key, __u32);                                                         \
+		__type(value, __u64);                                                       \
+		__uint(max_entries, (rows) * H2_BUCKETS);                                   \
+	} name SEC(".maps")
+
+/* Count value in row row of an H2_HISTOGRAMS map (a row out of range is dropped). */
+static __always_inline void h2_record_row(void *histograms, __u32 row, __u64 value)
+{
+	__u32 idx = row * H2_BUCKETS + h2_index(value);
+	__u64 *count = bpf_map_lookup_elem(histograms, &idx);
+
+	if (count)
+		__sync_fetch_and_add(count, 1);
+}
+
 #endif /* REZOLUS_UE_MAPS_BPF_H */

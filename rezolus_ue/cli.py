@@ -96,9 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chk.add_argument("-c", "--config", metavar="FILE", type=Path,
                      help="check the samplers as configured in FILE (default: as `run`)")
+    from . import config_cmd, service_cmd
     from .consume import exporter, recorder, tail, top
 
-    for module in (top, tail, recorder, exporter):
+    for module in (top, tail, recorder, exporter, config_cmd, service_cmd):
         module.add_parser(sub)
     return p
 

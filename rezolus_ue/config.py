@@ -8,7 +8,9 @@ the file, the line and what is allowed.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -198,7 +200,9 @@ def load(path: str | Path, samplers: Mapping[str, tuple[Option, ...]]) -> Config
     """Return the configuration in ``path``; raise ConfigError naming file and line."""
     p = Path(path)
     try:
-        text = p.read_text()
+        with open(p, "rb") as f:
+            check_permissions(p, os.fstat(f.fileno()))  # the file read, not a later one
+            text = f.read().decode()
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such file") from None
     except IsADirectoryError:
@@ -210,6 +214,37 @@ def load(path: str | Path, samplers: Mapping[str, tuple[Option, ...]]) -> Config
     except OSError as e:
         raise ConfigError(f"{p}: {e.strerror}") from None
     return parse(text, samplers, p)
+
+
+def running_privileged() -> bool:
+    """Return True when running as root or with any capability in effect."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        with open("/proc/self/status") as f:
+            eff = next((ln for ln in f if ln.startswith("CapEff:")), "CapEff: 0")
+        return int(eff.split(":")[1], 16) != 0
+    except (OSError, ValueError):
+        return False
+
+
+def check_permissions(path: Path, st: os.stat_result, privileged: bool | None = None) -> None:
+    """Refuse a config another user could have changed, when running privileged.
+
+    A privileged agent follows its config (which samplers, which paths): a file writable
+    by its group or others, or owned by another user, would hand those choices to them.
+    """
+    if not (running_privileged() if privileged is None else privileged):
+        return
+    mode = stat.S_IMODE(st.st_mode)
+    who = [w for bit, w in ((stat.S_IWGRP, "its group"), (stat.S_IWOTH, "others"))
+           if mode & bit]
+    if who:
+        raise ConfigError(f"refusing {path}: mode {mode:04o} is writable by"
+                          f" {' and '.join(who)}; chmod go-w {path}")
+    if st.st_uid not in (0, os.geteuid()):
+        raise ConfigError(f"refusing {path}: owned by uid {st.st_uid}, who could change it;"
+                          f" chown root {path}")
 
 
 def parse(text: str, samplers: Mapping[str, tuple[Option, ...]],

@@ -19,12 +19,24 @@ from test_bpf_h2 import H2_TEST_DTYPE
 
 from rezolus_ue.bpf import build
 from rezolus_ue.errors import RezolusError
+from rezolus_ue.samplers import blockio_requests as blockio_rq
+from rezolus_ue.samplers import cgroup_scheduler, network_traffic, tcp, tcp_traffic
+from rezolus_ue.samplers.cpu import migrations, softirq_time
 from rezolus_ue.samplers.scheduler_runqueue import sampler as runqueue
+from rezolus_ue.samplers.syscall import sampler as syscall
 
 #: (object, struct name, Python mirror); padding fields the mirror leaves out are allowed
 #: when their names start with "__".
 SHARED = [
     *(("scheduler_runqueue", name, dtype) for name, dtype in runqueue.SHARED_STRUCTS.items()),
+    *(("syscall", name, dtype) for name, dtype in syscall.SHARED_STRUCTS.items()),
+    *(("softirq_time", n, d) for n, d in softirq_time.SHARED_STRUCTS.items()),
+    *(("cpu_migrations", n, d) for n, d in migrations.SHARED_STRUCTS.items()),
+    *(("cgroup_scheduler", n, d) for n, d in cgroup_scheduler.SHARED_STRUCTS.items()),
+    *(("network_traffic", n, d) for n, d in network_traffic.SHARED_STRUCTS.items()),
+    *(("tcp", n, d) for n, d in tcp.SHARED_STRUCTS.items()),
+    *(("tcp_traffic", n, d) for n, d in tcp_traffic.SHARED_STRUCTS.items()),
+    *(("blockio_requests", n, d) for n, d in blockio_rq.SHARED_STRUCTS.items()),
     ("tests/h2_test", "h2_test_data", H2_TEST_DTYPE),
 ]
 

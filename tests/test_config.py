@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -382,6 +383,75 @@ def test_load_names_the_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError,
                        match=rf"^{re.escape(str(p))}:3: \[agent\] publish_interval"):
         config.load(p, OPTS)
+
+
+# --- permissions: a privileged agent refuses a file others could change ----------------
+
+
+@pytest.mark.parametrize(("mode", "who"), [(0o666, "its group and others"),
+                                           (0o646, "others"), (0o664, "its group"),
+                                           (0o622, "its group and others")])
+def test_privileged_load_refuses_a_writable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 mode: int, who: str) -> None:
+    monkeypatch.setattr(config, "running_privileged", lambda: True)
+    p = tmp_path / "rezolus-ue.toml"
+    p.write_text("[agent]\n")
+    p.chmod(mode)
+    with pytest.raises(ConfigError) as ei:
+        config.load(p, OPTS)
+    assert str(ei.value) == (f"refusing {p}: mode {mode:04o} is writable by {who};"
+                             f" chmod go-w {p}")
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o600, 0o444, 0o640])
+def test_privileged_load_accepts_a_file_only_its_owner_writes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: int) -> None:
+    monkeypatch.setattr(config, "running_privileged", lambda: True)
+    p = tmp_path / "ok.toml"
+    p.write_text('[agent]\npublish_interval = "2s"\n')
+    p.chmod(mode)
+    assert config.load(p, OPTS).publish_interval_ns == 2_000_000_000
+
+
+def test_privileged_load_refuses_another_users_file(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(config, "running_privileged", lambda: True)
+    monkeypatch.setattr(config.os, "geteuid", lambda: 0)
+    p = tmp_path / "theirs.toml"
+    p.write_text("[agent]\n")
+    st = p.stat()
+    fake = os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, 1000, st.st_gid,
+                           st.st_size, 0, 0, 0))
+    with pytest.raises(ConfigError, match=rf"^refusing {re.escape(str(p))}: owned by uid 1000"):
+        config.check_permissions(p, fake)
+
+
+def test_unprivileged_load_accepts_a_writable_file(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whoever can write the file is already as powerful as an unprivileged agent."""
+    monkeypatch.setattr(config, "running_privileged", lambda: False)
+    p = tmp_path / "shared.toml"
+    p.write_text("[agent]\n")
+    p.chmod(0o666)
+    assert config.load(p, OPTS).path == p
+
+
+def test_the_check_follows_the_file_read_not_a_symlink(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(config, "running_privileged", lambda: True)
+    target = tmp_path / "real.toml"
+    target.write_text("[agent]\n")
+    target.chmod(0o666)
+    link = tmp_path / "link.toml"
+    link.symlink_to(target)
+    with pytest.raises(ConfigError, match="mode 0666"):
+        config.load(link, OPTS)
+
+
+def test_running_privileged_as_root_or_with_capabilities() -> None:
+    caps = int(next(ln for ln in Path("/proc/self/status").read_text().splitlines()
+                    if ln.startswith("CapEff:")).split()[1], 16)
+    assert config.running_privileged() == (os.geteuid() == 0 or caps != 0)
 
 
 # --- property: nothing but ConfigError escapes -----------------------------------------

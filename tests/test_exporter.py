@@ -86,6 +86,7 @@ LABEL_VALUES: dict[str, tuple[object, ...]] = {
     "cpu": (0, 1), "device": ("nvme0n1", "sda"), "interface": ("eth0", "lo"),
     "resource": ("cpu", "io"), "sampler": ("cpu_usage", "network"),
     "cgroup": ("/system.slice/ssh.service", '/user.slice/we"ird\\name'),
+    "op": ("read", "write"), "kind": ("net_rx", "timer"), "reason": ("NO_SOCKET", "OTHER"),
 }
 
 

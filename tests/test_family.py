@@ -7,6 +7,10 @@ of the interval's ``n`` samples (at least the first).
 
 from __future__ import annotations
 
+import math
+import random
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
@@ -24,6 +28,7 @@ from rezolus_ue.metrics.family import (
     gauge,
     histogram,
     histogram_records,
+    sparse_histogram_records,
 )
 
 S = 1_000_000_000  # one second in ns
@@ -340,6 +345,65 @@ def test_dist_records_pack_with_the_dist_schema() -> None:
         "p99": 250_000, "max": 250_000}
 
 
+def reference_dist(family: Family, samples: list[tuple[int, dict]],
+                   base: tuple[int, dict] | None) -> list[tuple]:
+    """The _dist records of one interval, worked out the slow, obvious way."""
+    last = samples[-1][1]
+    series = ([base] if base is not None else []) + samples
+    out = []
+    for key, row in last.items():
+        for j, m in enumerate(family.scalars):
+            if not m.dist:
+                continue
+            vals: list[float] = []
+            if m.kind is Kind.COUNTER:
+                for (t0, r0), (t1, r1) in pairwise(series):
+                    if key in r0 and key in r1 and t1 > t0 and r1[key][j] >= r0[key][j]:
+                        vals.append((r1[key][j] - r0[key][j]) * (1e9 / (t1 - t0)))
+            else:
+                vals = [r[key][j] for _t, r in samples if key in r]
+            vals.sort()
+            qs = [round(vals[max(math.ceil(q * len(vals)) - 1, 0)]) if vals else 0
+                  for _s, q in DIST]
+            out.append((*key, m.name.encode(), row[j], *(max(q, 0) for q in qs)))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_oversampler_matches_the_reference(seed: int) -> None:
+    """Random intervals: counters that stand still, move or reset, gauges that stay or
+    change, label sets that come and go, samples that share a time."""
+    rng = random.Random(seed)
+    f = fam(counter("ops", "ops", "ops"), gauge("level", "x", "level"),
+            counter("total", "x", "t", dist=False), counter("errs", "x", "errs"))
+    o = Oversampler(f)
+    totals = {k: [rng.randrange(1 << 60), 0, 0, rng.randrange(9)] for k in range(4)}
+    t = 0
+    base = None
+    for _interval in range(3):
+        samples = []
+        for _i in range(rng.randint(1, 11)):
+            t += rng.choice((0, 1, 100_000_000, 100_000_000, 99_999_999, 100_000_001))
+            rows = {}
+            for k, v in totals.items():
+                if rng.random() < 0.1:
+                    continue  # absent from this sample
+                v[0] += rng.choice((0, 0, 1, 12345, 1 << 40)) if rng.random() > 0.05 else -5
+                v[1] = rng.choice((v[1], v[1], rng.randrange(-3, 1 << 50)))
+                v[2] += 7
+                rows[(k,)] = tuple(v)
+            o.add(t, rows)
+            samples.append((t, rows))
+        records, dist = o.publish()
+        if not samples[-1][1]:
+            assert (records, dist) == ([], [])
+            base = samples[-1]
+            continue
+        assert records == [(*k, *v) for k, v in samples[-1][1].items()]
+        assert dist == reference_dist(f, samples, base)
+        base = samples[-1]
+
+
 def test_dist_quantiles() -> None:
     assert DIST == (("p50", 0.50), ("p90", 0.90), ("p99", 0.99), ("max", 1.0))
 
@@ -412,3 +476,22 @@ def test_histogram_records_split_on_entry_boundaries() -> None:
     counts[per_part] = 1
     recs = histogram_records(schema, ("a",), (0, 0, 0), counts)
     assert [len(r[-1]) // h2.SPARSE_ENTRY_SIZE for r in recs] == [per_part, 1]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_sparse_histogram_records_agree_with_h2(seed: int) -> None:
+    """The plain-Python records give exactly h2's percentiles and sparse form."""
+    rng = np.random.default_rng(seed)
+    schema = HIST.schema
+    counts = h2.new_counts()
+    n = int(rng.integers(0, h2.BUCKETS))
+    at = rng.choice(h2.BUCKETS, size=n, replace=False)
+    counts[at] = rng.integers(1, 1 << int(rng.integers(1, 40)), size=n, dtype=np.uint64)
+    recs = histogram_records(schema, ("a",), (1, 2, 3), counts)
+    nz = np.flatnonzero(counts)
+    assert recs == sparse_histogram_records(schema, ("a",), (1, 2, 3), nz.tolist(),
+                                            counts[nz].tolist())
+    qs = h2.percentiles(counts, [q for _s, q in HIST_QUANTILES])
+    parts = h2.split_sparse(h2.encode_sparse(counts), schema.fields[-1].max_len)
+    head = ("a", 1, 2, 3, int(counts.sum()), *qs, h2.GROUPING_POWER, h2.MAX_VALUE_POWER)
+    assert recs == [(*head, i, len(parts), p) for i, p in enumerate(parts)]

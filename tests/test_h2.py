@@ -266,6 +266,41 @@ def test_histogram_interval_uses_delta() -> None:
     assert h.percentiles([1.0]) == [103]  # cumulative: nothing was reset
 
 
+def test_histogram_interval_sparse_and_cumulative_counts_agree() -> None:
+    h = Histogram()
+    for v in (5, 5, 100, 0, U64_MAX):
+        h.record(v)
+    idx, cnt = h.interval_sparse()
+    assert (idx, cnt) == ([0, 5, h2.bucket_index(100), 495], [1, 2, 1, 1])
+    assert h.interval_sparse() == ([], [])
+    h.record(7)
+    counts = h.counts  # read mid-interval: the pending value goes into the array...
+    assert int(counts.sum()) == 6 and counts[5] == 2 and counts[7] == 1
+    h.record(7)
+    assert h.interval_sparse() == ([7], [2])  # ... and still counts for this interval
+    d, reset = h.interval()
+    assert not reset and not d.any()
+    h.record_many([1, 1, 300])
+    d, _ = h.interval()
+    assert {int(i): int(d[i]) for i in np.flatnonzero(d)} == {1: 2, h2.bucket_index(300): 1}
+    assert int(h.counts.sum()) == 10
+
+
+def test_histogram_nobody_takes_intervals_stays_bounded() -> None:
+    """The agent records every refresh's cost; with no consumer nobody takes the intervals:
+    the pending values are folded into the array, not kept."""
+    h = Histogram()
+    for i in range(3 * Histogram.FLUSH_AT + 5):
+        h.record(i % 1000)
+    assert len(h._pending) < Histogram.FLUSH_AT
+    idx, cnt = h.interval_sparse()
+    assert sum(cnt) == 3 * Histogram.FLUSH_AT + 5
+    expected = h2.new_counts()
+    h2.record(expected, [i % 1000 for i in range(3 * Histogram.FLUSH_AT + 5)])
+    assert np.array_equal(h.counts, expected)
+    assert idx == np.flatnonzero(expected).tolist()
+
+
 def test_counter_and_gauge() -> None:
     c = Counter()
     c.add()

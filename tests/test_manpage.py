@@ -195,6 +195,27 @@ def test_global_options_are_documented() -> None:
     assert not stale, f"OPTIONS documents options that do not exist: {stale}"
 
 
+def test_nested_actions_are_documented() -> None:
+    """``config check`` and ``config show``: a .TP entry each, and in the SYNOPSIS."""
+    parser = subcommands(build_parser())["config"]
+    actions = subcommands(parser)
+    assert set(actions) == {"check", "show"}
+    tags = tagged_paragraphs(split_by(sections()["COMMANDS"], ".SS")["config"])
+    synopsis = plain(sections()["SYNOPSIS"])
+    for name, sub in actions.items():
+        tag = next((t for t in tags if t.split()[0] == name), None)
+        assert tag is not None, f"config {name}: no .TP entry"
+        positional = [a for a in sub._actions if not a.option_strings]
+        assert all(mentions(tag, str(a.metavar)) for a in positional), tag
+        assert mentions(synopsis, name), f"config {name} missing from SYNOPSIS"
+
+
+def test_config_page_is_referenced() -> None:
+    see = plain(sections()["SEE ALSO"])
+    assert re.search(r"^\.BR rezolus-ue\.toml \(5\)", see, re.M)
+    assert (ROOT / "man" / "rezolus-ue.toml.5").exists()
+
+
 def test_every_long_option_appears() -> None:
     parser = build_parser()
     parsers = [parser, *subcommands(parser).values()]

@@ -31,7 +31,7 @@ from helpers import (
 from rezolus_ue.errors import SamplerUnavailable
 from rezolus_ue.metrics.catalog import CPU_SOFTIRQ, SOFTIRQ_KINDS
 from rezolus_ue.perf_event import parse_cpu_list
-from rezolus_ue.samplers.cpu.softirq import CpuSoftirq, parse_softirqs
+from rezolus_ue.samplers.cpu.softirq import CpuSoftirq, SoftirqReader, parse_softirqs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "procfs"
 CASES = ["softirq_modern", "softirq_old", "softirq_2631"]
@@ -93,6 +93,49 @@ HEAD = "                    CPU0       CPU1       \n"
 )
 def test_parse(text: str, expected: list[tuple[int, ...]]) -> None:
     assert [(cpu, *r) for cpu, r in parse_softirqs(text).items()] == expected
+
+
+def reader_rows(r: SoftirqReader, data: bytes) -> list[tuple[int, ...]]:
+    return [(*key, *counts) for key, counts in r.read(data).items()]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_reader_fast_path_reads_what_the_parse_reads(case: str) -> None:
+    data = (FIXTURES / case / "softirqs").read_bytes()
+    expected = [(cpu, *r) for cpu, r in parse_softirqs(data).items()]
+    r = SoftirqReader()
+    assert reader_rows(r, data) == expected  # plans
+    assert r._plan is not None
+    assert reader_rows(r, data) == expected  # the fast path
+    bumped = data.replace(b"RCU:", b"RCU: ").replace(b"TIMER:", b"TIMER:1")
+    assert reader_rows(r, bumped) == [(cpu, *c) for cpu, c in parse_softirqs(bumped).items()]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        HEAD + "       TIMER:   5   6\n",
+        HEAD + "  HI:  7\n  RCU: 1 2 3\n",  # a short row: the general parse, not a plan
+        HEAD + "  NEW_KIND:  9  9\n     RCU:  3  4",  # an unknown kind: not planned
+        "   CPU0   CPU2\n  HI:  1  2\n",
+        "",
+    ],
+)
+def test_reader_falls_back_to_the_parse(text: str) -> None:
+    expected = [(cpu, *r) for cpu, r in parse_softirqs(text).items()]
+    r = SoftirqReader()
+    for _ in range(2):
+        assert reader_rows(r, text.encode()) == expected
+
+
+def test_reader_follows_a_changed_layout() -> None:
+    r = SoftirqReader()
+    two = (FIXTURES / "softirq_modern" / "softirqs").read_bytes()
+    four = (FIXTURES / "softirq_old" / "softirqs").read_bytes()
+    for data in (two, two, four, four, two, b"garbage\n", two):
+        assert reader_rows(r, data) == [(c, *v) for c, v in parse_softirqs(data).items()]
+    garbled = two.replace(b"SCHED:", b"SCHED: x", 1)
+    assert reader_rows(r, garbled) == [(c, *v) for c, v in parse_softirqs(garbled).items()]
 
 
 # --- the sampler against a fixture procfs root -----------------------------------------

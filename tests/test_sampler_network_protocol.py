@@ -31,6 +31,7 @@ from rezolus_ue.metrics.catalog import TCP, UDP
 from rezolus_ue.samplers.network.protocol import (
     SOURCES,
     NetworkProtocol,
+    TableReader,
     family_row,
     missing_columns,
     parse_tables,
@@ -129,6 +130,18 @@ W = {"Tcp": ("ActiveOpens", "OutRsts")}
 )
 def test_parse_tables(text: str, expected: dict) -> None:
     assert parse_tables(text, W) == expected
+
+
+def test_table_reader_follows_a_changed_header() -> None:
+    """Positions are remembered with the header: a header that changed is read anew."""
+    r = TableReader(W)
+    assert r.read(b"Tcp: ActiveOpens OutRsts\nTcp: 5 6\n") == [[5, 6]]
+    assert r.read(b"Tcp: ActiveOpens OutRsts\nTcp: 7 8\n") == [[7, 8]]
+    assert r.read(b"Tcp: X OutRsts ActiveOpens\nTcp: 1 2 3\n") == [[3, 2]]
+    # A header of the same length, other order: compared byte for byte, not by length.
+    assert r.read(b"Tcp: ActiveOpens OutRsts X\nTcp: 1 2 3\n") == [[1, 2]]
+    assert r.read(b"Tcp: ActiveOpens\nTcp: 4\n") == [[4, 0]]
+    assert r.read(b"Udp: A\nUdp: 1\n") == [None]
 
 
 def test_family_row_defaults_to_zero() -> None:

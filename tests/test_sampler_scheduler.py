@@ -203,6 +203,32 @@ def test_sampler_rates(tmp_path: Path) -> None:
     assert (wait0["value"], wait0["max"]) == (123556789, 200_000)
 
 
+def test_sampler_shares_each_ticks_proc_stat_with_cpu_usage(tmp_path: Path) -> None:
+    """cpu_usage and scheduler both parse /proc/stat: in one agent tick (one t_ns) the
+    kernel is asked once, and the second sampler parses what the first read."""
+    from rezolus_ue.samplers.cpu.usage import CpuUsage
+
+    shutil.copy(FIXTURES / "sched_modern" / "stat", tmp_path / "stat")
+    cpu_dir = tmp_path / "sys" / "devices" / "system" / "cpu"
+    cpu_dir.mkdir(parents=True)
+    (cpu_dir / "online").write_text("0-1\n")
+    cpu, _hc = start_sampler(CpuUsage, tmp_path, tmp_path / "sys")
+    s, h = make_sampler(tmp_path)
+    try:
+        cpu.sample(1_000_000_000)
+        replace_in_place(tmp_path / "stat", b"ctxt 9860713", b"ctxt 9860813")
+        s.sample(1_000_000_000)  # the same tick: cpu_usage's read
+        s.sample(1_500_000_000)  # a new tick: read again
+        s.publish(1_500_000_000)
+        assert s.read()[SCHEDULER][()][0] == 9860813  # outside sample(): always read
+    finally:
+        s.close()
+        cpu.close()
+    ctxt = next(d for d in decode(h)["rezolus_scheduler_dist"]
+                if d["metric"] == "context_switches")
+    assert (ctxt["value"], ctxt["p50"], ctxt["max"]) == (9860813, 200, 200)
+
+
 # --- the host --------------------------------------------------------------------------
 
 

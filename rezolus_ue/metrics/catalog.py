@@ -352,6 +352,246 @@ SCHEDULER_SWITCHES = Family(
     ),
 )
 
+# --- syscall (BPF) -------------------------------------------------------------------
+
+SYSCALL_OP = Label("op", char_array(16), "syscall family: read, write, poll, lock, time,"
+                   " sleep, socket, yield, filesystem, memory, process, query, ipc, timer,"
+                   " event or other")
+
+SYSCALL = Family(
+    "rezolus_syscall", "syscall",
+    "Syscalls by family, counted by BPF on raw_syscalls:sys_enter while a consumer is"
+    " attached (totals since the agent loaded the programs; every family, every interval).",
+    (SYSCALL_OP,),
+    (counter("calls", "syscalls", "syscalls entered", dist=False),),
+)
+
+SYSCALL_LATENCY = Family(
+    "rezolus_syscall_latency", "syscall",
+    "Syscall latency by family: from a thread's raw_syscalls:sys_enter to its sys_exit"
+    " (BPF). Only families with calls returning in the interval have a record.",
+    (SYSCALL_OP,),
+    (_ATTACHED, histogram("latency_ns", "ns", "time from syscall entry to return")),
+)
+
+# --- softirq time, cpu migrations, cgroup scheduler (BPF) ------------------------------
+
+SOFTIRQ_KIND = Label("kind", char_array(16), "softirq kind: " + ", ".join(SOFTIRQ_KINDS))
+
+SOFTIRQ_TIME = Family(
+    "rezolus_softirq_time", "cpu_softirq_time",
+    "Time spent in softirq handlers per CPU, by kind, measured by BPF on irq:softirq_entry"
+    " and irq:softirq_exit while a consumer is attached (totals since the agent loaded the"
+    " programs; hard interrupts taken inside a handler count as its time).",
+    (CPU,),
+    tuple(counter(f"{k}_ns", "ns", f"time in {k.upper()} softirq handlers", dist=False)
+          for k in SOFTIRQ_KINDS),
+)
+
+SOFTIRQ_DURATION = Family(
+    "rezolus_softirq_duration", "cpu_softirq_time",
+    "How long each softirq handler run took, by kind, all CPUs together (BPF on"
+    " irq:softirq_entry and irq:softirq_exit). Only kinds that ran in the interval have a"
+    " record.",
+    (SOFTIRQ_KIND,),
+    (_ATTACHED, histogram("duration_ns", "ns", "time from softirq_entry to softirq_exit")),
+)
+
+CPU_MIGRATIONS = Family(
+    "rezolus_cpu_migrations", "cpu_migrations",
+    "Tasks moved between CPUs, per CPU and direction, counted by BPF on"
+    " sched:sched_migrate_task while a consumer is attached (totals since the agent loaded"
+    " the programs).",
+    (CPU,),
+    (
+        counter("from", "migrations", "tasks moved away from this CPU", dist=False),
+        counter("to", "migrations", "tasks moved onto this CPU", dist=False),
+    ),
+)
+
+#: A fixed-size cgroup label: a histogram record's bucket room is computed from its fixed
+#: fields, so a histogram family cannot carry the dynamic CGROUP label.
+CGROUP_PATH = Label("cgroup", char_array(256), "cgroup v2 path below the cgroup root, or"
+                    " \"(other)\" for every cgroup without a slot of its own")
+
+CGROUP_SCHEDULER = Family(
+    "rezolus_cgroup_scheduler", "cgroup_scheduler",
+    "Per-cgroup scheduler activity measured by BPF (sched_switch, sched_wakeup,"
+    " sched_stat_runtime) while a consumer is attached, for at most max_cgroups cgroups"
+    " chosen by include/exclude globs; every other cgroup counts in \"(other)\" (totals"
+    " since the cgroup got its slot).",
+    (CGROUP,),
+    (
+        counter("cpu_usage_ns", "ns", "on-CPU time of the cgroup's tasks", dist=False),
+        counter("runqueue_wait_ns", "ns", "time its tasks waited, runnable, for a CPU",
+                dist=False),
+        counter("offcpu_ns", "ns", "time its tasks were off-CPU between two runs",
+                dist=False),
+        counter("voluntary", "switches", "its tasks left a CPU to sleep or wait",
+                dist=False),
+        counter("involuntary", "switches", "its tasks were preempted (or yielded) and"
+                " stayed runnable", dist=False),
+    ),
+)
+
+CGROUP_RUNQUEUE_LATENCY = Family(
+    "rezolus_cgroup_runqueue_latency", "cgroup_scheduler",
+    "Run-queue latency per cgroup (as rezolus_scheduler_runqueue_latency, charged to the"
+    " cgroup the task was last seen in; BPF). Only cgroups with waits in the interval have"
+    " a record.",
+    (CGROUP_PATH,),
+    (_ATTACHED, histogram("latency_ns", "ns", "time from runnable to running")),
+)
+
+# --- network traffic and TCP (BPF) -----------------------------------------------------
+
+DROP_REASON = Label("reason", char_array(32), "why the kernel dropped the packets: enum"
+                    " skb_drop_reason without its SKB_DROP_REASON_ prefix (e.g. NO_SOCKET,"
+                    " as in kfree_skb's format), or OTHER: a kernel without drop reasons"
+                    " (before 5.17) or one outside the table")
+
+NETWORK_TRAFFIC = Family(
+    "rezolus_network_traffic", "network_traffic",
+    "Network traffic of every interface together, counted by BPF on net:netif_receive_skb,"
+    " net:net_dev_start_xmit and skb:kfree_skb while a consumer is attached (totals since"
+    " the agent loaded the programs). A packet crossing several devices (veth, bridge, lo)"
+    " counts on each; the per-interface kernel counters are in rezolus_network_interface.",
+    (),
+    (
+        counter("rx_bytes", "bytes", "bytes received (skb->len, without the L2 header)",
+                dist=False),
+        counter("tx_bytes", "bytes", "bytes handed to drivers (skb->len, with the L2 header)",
+                dist=False),
+        counter("rx_packets", "packets", "packets received (a GRO super-packet counts once)",
+                dist=False),
+        counter("tx_packets", "packets", "packets handed to drivers (a GSO super-packet"
+                " counts once)", dist=False),
+        counter("drops", "packets", "packets dropped (kfree_skb), any reason", dist=False),
+    ),
+)
+
+NETWORK_DROPS = Family(
+    "rezolus_network_drops", "network_traffic",
+    "Dropped packets by reason, counted by BPF on skb:kfree_skb while a consumer is attached"
+    " (totals since the agent loaded the programs; reasons with drops only).",
+    (DROP_REASON,),
+    (counter("drops", "packets", "packets dropped for this reason", dist=False),),
+)
+
+TCP_PACKET_LATENCY = Family(
+    "rezolus_tcp_packet_latency", "tcp",
+    "TCP packet latency: from a data segment's arrival (tcp:tcp_probe) until the"
+    " application read from the socket (tcp:tcp_rcv_space_adjust); the oldest unread"
+    " segment per socket is timed (BPF).",
+    (),
+    (_ATTACHED, histogram("latency_ns", "ns", "time from a segment's arrival to its read")),
+)
+
+TCP_SRTT = Family(
+    "rezolus_tcp_srtt", "tcp",
+    "TCP smoothed round-trip time, sampled from the socket on every received segment of an"
+    " established connection (BPF on tcp:tcp_probe).",
+    (),
+    (_ATTACHED, histogram("srtt_ns", "ns", "the socket's smoothed RTT (srtt_us / 8)")),
+)
+
+TCP_JITTER = Family(
+    "rezolus_tcp_jitter", "tcp",
+    "TCP RTT jitter: the socket's RTT mean deviation, sampled on every received segment of"
+    " an established connection (BPF on tcp:tcp_probe).",
+    (),
+    (_ATTACHED, histogram("jitter_ns", "ns", "the socket's RTT mean deviation (mdev_us / 4)")),
+)
+
+TCP_CONNECT_LATENCY = Family(
+    "rezolus_tcp_connect_latency", "tcp",
+    "TCP connect latency of active opens: SYN_SENT until ESTABLISHED (BPF on"
+    " sock:inet_sock_set_state, keyed by socket).",
+    (),
+    (_ATTACHED, histogram("latency_ns", "ns", "time from SYN sent to connection established")),
+)
+
+TCP_RETRANSMIT = Family(
+    "rezolus_tcp_retransmit", "tcp",
+    "TCP retransmissions, counted by BPF on tcp:tcp_retransmit_skb while a consumer is"
+    " attached (totals since the agent loaded the programs).",
+    (),
+    (
+        counter("retransmits", "segments", "segments retransmitted", dist=False),
+        counter("retransmit_errors", "segments", "retransmissions that failed (kernels whose"
+                " tracepoint reports them, e.g. 6.18; always 0 on older ones)", dist=False),
+    ),
+)
+
+TCP_TRAFFIC = Family(
+    "rezolus_tcp_traffic", "tcp_traffic",
+    "TCP payload by direction as applications see it, counted by BPF on the kernel"
+    " functions tcp_sendmsg (return) and tcp_cleanup_rbuf (fentry/fexit, else kprobes)"
+    " while a consumer is attached (totals since the agent loaded the programs).",
+    (),
+    (
+        counter("rx_bytes", "bytes", "bytes copied to applications by reads", dist=False),
+        counter("tx_bytes", "bytes", "bytes accepted from applications by sends",
+                dist=False),
+        counter("rx_packets", "calls", "reads that copied data (Rezolus's tcp_packets"
+                " receive)", dist=False),
+        counter("tx_packets", "calls", "sends that accepted data (Rezolus's tcp_packets"
+                " transmit)", dist=False),
+    ),
+)
+
+# --- blockio_requests (BPF) ------------------------------------------------------------
+
+BLOCKIO_OPS = ("read", "write", "flush", "discard", "other")
+BLOCKIO_ERROR_KINDS = ("io", "timeout", "nospc", "target", "protection", "unsupported",
+                       "other")
+BLOCKIO_OP = Label("op", char_array(8), "request operation: read, write, flush, discard"
+                   " (secure erase included) or other (write zeroes, zone management,"
+                   " driver private)")
+
+BLOCKIO_LATENCY = Family(
+    "rezolus_blockio_latency", "blockio_requests",
+    "Block IO request latency by operation, every device together: from the request's"
+    " issue to the driver (block:block_rq_issue) to its completion (block_rq_complete),"
+    " BPF. Operations seen since the agent loaded the programs have a record each interval.",
+    (BLOCKIO_OP,),
+    (_ATTACHED, histogram("latency_ns", "ns", "time from issue to completion")),
+)
+
+BLOCKIO_SIZE = Family(
+    "rezolus_blockio_size", "blockio_requests",
+    "Block IO request size by operation, every device together, at completion"
+    " (block:block_rq_complete, BPF; flushes are 0 bytes).",
+    (BLOCKIO_OP,),
+    (_ATTACHED, histogram("size_bytes", "bytes", "bytes of each completed request")),
+)
+
+BLOCKIO_REQUESTS = Family(
+    "rezolus_blockio_requests", "blockio_requests",
+    "Completed block IO requests, bytes and errors by operation, every device together,"
+    " counted by BPF on block:block_rq_complete while a consumer is attached (totals since"
+    " the agent loaded the programs). Errors are blk_status_t codes grouped by kind, as"
+    " Rezolus's blockio_errors.",
+    (BLOCKIO_OP,),
+    (
+        counter("operations", "requests", "requests completed", dist=False),
+        counter("bytes", "bytes", "bytes completed (partial completions included)",
+                dist=False),
+        counter("errors_io", "requests", "IO or medium errors (BLK_STS_IOERR, _MEDIUM)",
+                dist=False),
+        counter("errors_timeout", "requests", "timeouts (BLK_STS_TIMEOUT)", dist=False),
+        counter("errors_nospc", "requests", "out of space (BLK_STS_NOSPC)", dist=False),
+        counter("errors_target", "requests", "target or reservation errors"
+                " (BLK_STS_TARGET, _RESV_CONFLICT)", dist=False),
+        counter("errors_protection", "requests", "integrity check failures"
+                " (BLK_STS_PROTECTION)", dist=False),
+        counter("errors_unsupported", "requests", "operation not supported"
+                " (BLK_STS_NOTSUPP)", dist=False),
+        counter("errors_other", "requests", "any other error (transport, resource,"
+                " offline, zone...)", dist=False),
+    ),
+)
+
 #: Every family, in documentation order.
 FAMILIES: tuple[Family, ...] = (
     CPU_USAGE, CPU_CORES, CPU_SOFTIRQ, CPU_FREQUENCY,
@@ -363,6 +603,11 @@ FAMILIES: tuple[Family, ...] = (
     CGROUP_FAMILY,
     AGENT, AGENT_SAMPLER,
     SCHEDULER_RUNQUEUE_LATENCY, SCHEDULER_RUNNING, SCHEDULER_OFFCPU, SCHEDULER_SWITCHES,
+    SYSCALL, SYSCALL_LATENCY,
+    SOFTIRQ_TIME, SOFTIRQ_DURATION, CPU_MIGRATIONS, CGROUP_SCHEDULER, CGROUP_RUNQUEUE_LATENCY,
+    NETWORK_TRAFFIC, NETWORK_DROPS, TCP_PACKET_LATENCY, TCP_SRTT, TCP_JITTER,
+    TCP_CONNECT_LATENCY, TCP_RETRANSMIT, TCP_TRAFFIC,
+    BLOCKIO_LATENCY, BLOCKIO_SIZE, BLOCKIO_REQUESTS,
 )
 
 #: Status codes of AGENT_SAMPLER.status.

@@ -7,30 +7,46 @@ from ..config import Option, sampler_options
 from .agent import AgentSelf
 from .base import Roots, Sampler, SamplerContext
 from .blockio import BlockIO
+from .blockio_requests import BlockioRequests
 from .cgroup import Cgroups
+from .cgroup_scheduler import CgroupScheduler
 from .cpu.frequency import CpuFrequency
+from .cpu.migrations import CpuMigrations
 from .cpu.softirq import CpuSoftirq
+from .cpu.softirq_time import CpuSoftirqTime
 from .cpu.usage import CpuUsage
 from .memory import Memory
 from .network.interfaces import NetworkInterfaces
 from .network.protocol import NetworkProtocol
+from .network_traffic import NetworkTraffic
 from .perf import PerfHardware, PerfSoftware
 from .scheduler import Scheduler
 from .scheduler_runqueue import SchedulerRunqueue
+from .syscall import Syscall
+from .tcp import Tcp
+from .tcp_traffic import TcpTraffic
 
 REGISTRY: dict[str, type[Sampler]] = {
     CpuUsage.name: CpuUsage,
     CpuSoftirq.name: CpuSoftirq,
+    CpuSoftirqTime.name: CpuSoftirqTime,
     CpuFrequency.name: CpuFrequency,
+    CpuMigrations.name: CpuMigrations,
     Scheduler.name: Scheduler,
     SchedulerRunqueue.name: SchedulerRunqueue,
+    Syscall.name: Syscall,
     Memory.name: Memory,
     BlockIO.name: BlockIO,
+    BlockioRequests.name: BlockioRequests,
     NetworkInterfaces.name: NetworkInterfaces,
     NetworkProtocol.name: NetworkProtocol,
+    NetworkTraffic.name: NetworkTraffic,
+    Tcp.name: Tcp,
+    TcpTraffic.name: TcpTraffic,
     PerfSoftware.name: PerfSoftware,
     PerfHardware.name: PerfHardware,
     Cgroups.name: Cgroups,
+    CgroupScheduler.name: CgroupScheduler,
     AgentSelf.name: AgentSelf,
 }
 

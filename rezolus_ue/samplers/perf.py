@@ -45,7 +45,7 @@ from ..perf_event import (
     PerfEventAttr,
     online_cpus,
 )
-from .base import FamilySampler
+from .base import FamilySampler, SamplerContext
 
 #: Counters of each family, in catalog order.
 SOFTWARE_COUNTERS = (PERF_COUNT_SW_CONTEXT_SWITCHES, PERF_COUNT_SW_CPU_MIGRATIONS,
@@ -86,14 +86,29 @@ def _unavailable(name: str, e: RezolusError, what: str) -> SamplerUnavailable:
     return SamplerUnavailable(name, f"{what}: {e}")
 
 
-class PerfSoftware(FamilySampler):
+class PerCpuCounters(FamilySampler):
+    """What both perf samplers share: counters opened per CPU in ``start``, kept in
+    ``_events`` as (cpu, that CPU's counters), closed together."""
+
+    def __init__(self, ctx: SamplerContext) -> None:
+        super().__init__(ctx)
+        self._events: list[tuple[int, tuple[PerfEvent, ...]]] = []
+
+    def close(self) -> None:
+        for _cpu, evs in self._events:
+            for ev in evs:
+                ev.close()
+        self._events = []
+
+
+class PerfSoftware(PerCpuCounters):
     """Per-CPU context switches, CPU migrations and page faults (perf software counters)."""
 
     name = "perf_software"
     families = (PERF_SOFTWARE,)
 
     def start(self) -> None:
-        self._events: list[tuple[int, tuple[PerfEvent, ...]]] = []
+        self._events = []
         try:
             cpus = online_cpus(str(self.ctx.roots.sysfs))
         except RezolusError as e:
@@ -121,14 +136,8 @@ class PerfSoftware(FamilySampler):
             rows[(cpu,)] = (cs.read_count(), mig.read_count(), pf.read_count())
         return {PERF_SOFTWARE: rows}
 
-    def close(self) -> None:
-        for _cpu, evs in getattr(self, "_events", ()):
-            for ev in evs:
-                ev.close()
-        self._events = []
 
-
-class PerfHardware(FamilySampler):
+class PerfHardware(PerCpuCounters):
     """Per-CPU cycles, instructions, branch misses and IPC (hardware counters; needs a PMU)."""
 
     name = "perf_hardware"
@@ -141,7 +150,7 @@ class PerfHardware(FamilySampler):
     )
 
     def start(self) -> None:
-        self._events: list[tuple[int, tuple[PerfEvent, ...]]] = []
+        self._events = []
         try:
             cpus = online_cpus(str(self.ctx.roots.sysfs))
         except RezolusError as e:
@@ -223,9 +232,3 @@ class PerfHardware(FamilySampler):
                 deltas.append(d)
             rows[(cpu,)] = (*totals, ipc_milli(deltas[1], deltas[0]))
         return {PERF_HARDWARE: rows}
-
-    def close(self) -> None:
-        for _cpu, evs in getattr(self, "_events", ()):
-            for ev in evs:
-                ev.close()
-        self._events = []

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * syscall: syscalls counted and timed by family (Rezolus's syscall sampler). User space:
+ * rezolus_ue/samplers/syscall.
+ *
+ * Hooks, each in three variants of which user space loads one, chosen by probing the
+ * kernel: tp_btf (sc_btf_*) > raw_tp (sc_raw_*) > tracepoint (sc_tp_*):
+ *   raw_syscalls/sys_enter  count the call in its family; remember when and which family,
+ *                           per thread id
+ *   raw_syscalls/sys_exit   the thread's syscall returned: record enter-to-exit latency
+ *
+ * The family of each syscall number comes from syscall_family, a .rodata table that user
+ * space fills before load (rezolus_ue/samplers/syscall/table.py): no table lives here.
+ *
+ * Maps (BPF_F_MMAPABLE arrays, read by user space through mmap):
+ *   counts   per CPU: calls by family (struct syscall_counts, two cache lines per CPU)
+ *   latency  SYSCALL_FAMILIES H2 histograms, ns, one after another: family f's bucket i
+ *            is entry f * H2_BUCKETS + i
+ * inflight (LRU hash, thread id -> enter time and family) is internal. It is created
+ * afresh on each load, so a syscall entered before the programs attached has no entry
+ * and is not timed. Syscalls that never return (exit, exit_group, execve that succeeds
+ * from another thread) leave an entry the LRU evicts.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "h2.bpf.h"
+#include "maps.bpf.h"
+#include "syscall.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Family code of each syscall number; written by user space before load. */
+const volatile __u8 syscall_family[SYSCALL_MAX_ID] = {};
+
+struct inflight {
+	__u64 enter_ns;	/* 0: no syscall of this thread being timed */
+	__u32 family;
+	__u32 __pad;
+};
+
+PER_CPU_LINES(counts, struct syscall_counts);
+
+H2_HISTOGRAMS(latency, SYSCALL_FAMILIES);
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, __u32);
+	__type(value, struct inflight);
+	__uint(max_entries, SYSCALL_MAX_TASKS);
+} inflight SEC(".maps");
+
+static __always_inline void on_enter(long id)
+{
+	struct syscall_counts *c = this_cpu_line(&counts);
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct inflight *t, fresh = {};
+	__u32 family = 0;
+
+	if (id < 0)	/* no syscall (e.g. skipped by seccomp or ptrace) */
+		return;
+	if (id < SYSCALL_MAX_ID)
+		family = syscall_family[id] & (SYSCALL_FAMILIES - 1);
+	/* Atomic although per CPU: where syscall tracepoints are faultable their probes may
+	 * run preemptible, so two of these programs can interleave on one CPU. */
+	if (c)
+		__sync_fetch_and_add(&c->calls[family], 1);
+	t = bpf_map_lookup_elem(&inflight, &tid);
+	if (t) {
+		t->enter_ns = bpf_ktime_get_ns();
+		t->family = family;
+		return;
+	}
+	fresh.enter_ns = bpf_ktime_get_ns();
+	fresh.family = family;
+	bpf_map_update_elem(&inflight, &tid, &fresh, BPF_ANY);
+}
+
+static __always_inline void on_exit(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct inflight *t = bpf_map_lookup_elem(&inflight, &tid);
+	__u64 now;
+
+	if (!t || !t->enter_ns)
+		return;
+	now = bpf_ktime_get_ns();
+	if (now > t->enter_ns)
+		h2_record_row(&latency, t->family, now - t->enter_ns);
+	t->enter_ns = 0;
+}
+
+/* tp_btf: BTF-typed arguments (regs, id) and (regs, ret). */
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(sc_btf_enter, struct pt_regs *regs, long id)
+{
+	on_enter(id);
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(sc_btf_exit, struct pt_regs *regs, long ret)
+{
+	on_exit();
+	return 0;
+}
+
+/* raw_tp: the same arguments, untyped. */
+
+SEC("raw_tp/sys_enter")
+int BPF_PROG(sc_raw_enter, struct pt_regs *regs, long id)
+{
+	on_enter(id);
+	return 0;
+}
+
+SEC("raw_tp/sys_exit")
+int BPF_PROG(sc_raw_exit, struct pt_regs *regs, long ret)
+{
+	on_exit();
+	return 0;
+}
+
+/* tracepoint: the classic formatted records. */
+
+SEC("tp/raw_syscalls/sys_enter")
+int sc_tp_enter(struct trace_event_raw_sys_enter *ctx)
+{
+	on_enter(ctx->id);
+	return 0;
+}
+
+SEC("tp/raw_syscalls/sys_exit")
+int sc_tp_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	on_exit();
+	return 0;
+}

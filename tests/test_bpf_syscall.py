@@ -1,0 +1,258 @@
+"""syscall on the host: real BPF programs on raw_syscalls, fake user_events handles.
+
+Known truth: 2000 nanosleep(10 ms) calls put the sleep family's p50 in the H2 bucket
+holding 10 ms; N getpid() calls (the raw syscall: glibc and Python may cache the pid) raise
+the query family's count by at least N. The records decode with the family schemas, and
+the programs are in the kernel only while the sampler is active.
+
+The sampler is system-wide: other processes' syscalls are counted too, which is why the
+assertions are lower bounds, and the p50 one relies on 2000 sleeps in about a second
+outnumbering any other 8-12 ms sleeps on the machine.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import threading
+
+import numpy as np
+import pytest
+from helpers import FakeHandle, decoded, start_sampler
+from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
+
+from rezolus_ue.bpf import build
+from rezolus_ue.bpf.libbpf import num_possible_cpus
+from rezolus_ue.errors import RezolusError
+from rezolus_ue.metrics import h2
+from rezolus_ue.metrics.catalog import SYSCALL, SYSCALL_LATENCY
+from rezolus_ue.samplers.syscall import Syscall, table
+
+pytestmark = pytest.mark.host
+
+#: Program name prefix of each attach kind in syscall.bpf.c.
+PREFIX = {"tp_btf": "sc_btf_", "raw_tp": "sc_raw_", "tracepoint": "sc_tp_"}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = (("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    if not build.VMLINUX_BTF.exists():
+        pytest.skip("needs kernel BTF (/sys/kernel/btf/vmlinux)")
+    if table.arch_of(platform.machine()) is None:
+        pytest.skip(f"no syscall table for {platform.machine()}")
+    try:
+        build.build(["syscall"])
+    except RezolusError as e:
+        pytest.skip(f"cannot build syscall.bpf.c: {e}")
+
+
+def _number(name: str) -> int:
+    arch = table.arch_of(platform.machine())
+    assert arch is not None
+    return next(n for n, v in table.SYSCALLS[arch].items() if v == name)
+
+
+def getpids(n: int) -> None:
+    """Make ``n`` getpid syscalls (libc's syscall(), so nothing is cached)."""
+    nr = _number("getpid")
+    for _ in range(n):
+        _libc.syscall(nr)
+
+
+def nanosleeps(calls: int, threads: int, ns: int) -> None:
+    """Make ``calls`` nanosleep(``ns``) calls spread over ``threads`` threads (ctypes drops
+    the GIL around each call, so they sleep side by side)."""
+    ts = _Timespec(ns // 10**9, ns % 10**9)
+
+    def run(k: int) -> None:
+        for _ in range(k):
+            _libc.nanosleep(ctypes.byref(ts), None)
+
+    per = [calls // threads + (i < calls % threads) for i in range(threads)]
+    ts_threads = [threading.Thread(target=run, args=(k,)) for k in per]
+    for t in ts_threads:
+        t.start()
+    for t in ts_threads:
+        t.join()
+
+
+def _calls(handles: dict[str, FakeHandle]) -> dict[str, int]:
+    """Return op -> calls of the latest rezolus_syscall records."""
+    recs = decoded(SYSCALL.schema, handles)[-len(table.FAMILIES):]
+    return {str(r["op"]): int(r["calls"]) for r in recs}  # type: ignore[call-overload]
+
+
+def _latency(handles: dict[str, FakeHandle]) -> dict[str, tuple[dict, np.ndarray]]:
+    """Return op -> (first record, bucket counts of all its parts) of the latency event."""
+    out: dict[str, tuple[dict, np.ndarray]] = {}
+    for r in decoded(SYSCALL_LATENCY.schema, handles):
+        first, counts = out.get(str(r["op"]), (r, h2.new_counts()))
+        out[str(r["op"])] = (first, counts + h2.decode_sparse(r["buckets"]))  # type: ignore[arg-type]
+    return out
+
+
+def _clear(handles: dict[str, FakeHandle]) -> None:
+    for h in handles.values():
+        h.payloads.clear()
+
+
+def test_nanosleep_10ms_p50_bucket_holds_10ms() -> None:
+    s, handles = start_sampler(Syscall)
+    try:
+        s.activate()
+        s.publish(0)
+        _clear(handles)
+        nanosleeps(2000, threads=20, ns=10_000_000)
+        s.publish(0)
+        s.deactivate()
+    finally:
+        s.close()
+    rec, counts = _latency(handles)["sleep"]
+    assert rec["count"] >= 2000 and int(counts.sum()) == rec["count"]
+    p50 = h2.percentiles(counts, [0.5])[0]
+    assert rec["p50"] == p50
+    lo, hi = h2.bucket_bounds(h2.bucket_index(p50))
+    assert lo <= 10_000_000 <= hi, f"p50 bucket {lo}..{hi} ns"
+
+
+def test_getpid_raises_the_query_count() -> None:
+    n = 20000
+    s, handles = start_sampler(Syscall)
+    try:
+        s.activate()
+        s.publish(0)
+        before = _calls(handles)
+        getpids(n)
+        s.publish(0)
+        after = _calls(handles)
+        s.deactivate()
+    finally:
+        s.close()
+    assert after["query"] - before["query"] >= n
+    assert all(after[op] >= before[op] for op in table.FAMILIES)
+    rec, _counts = _latency(handles)["query"]
+    assert rec["count"] >= n
+
+
+def test_programs_loaded_only_while_active() -> None:
+    """Nothing of ours in the kernel until activate, nothing after deactivate; the counts
+    and histograms survive the unload (the views too)."""
+    s, _handles = start_sampler(Syscall)
+    try:
+        ours = {PREFIX[s.bpf.attach_kinds] + h for h in ("enter", "exit")}
+        assert not s.bpf.loaded and not s.bpf.programs
+        s.activate()
+        ids = {p.id for p in s.bpf.programs}
+        names = loaded_progs()
+        assert {names[i] for i in ids} == ours
+        assert ids <= attached_prog_ids()
+        getpids(1000)
+        s.deactivate()
+        assert eventually(lambda: not ids & set(loaded_progs())), "loaded after deactivate"
+        calls, latency = s._calls, s._latency
+        total, hist = int(calls.sum()), int(latency.sum())
+        assert total >= 1000 and hist >= 1000
+        s.activate()
+        getpids(1000)
+        s.deactivate()
+        assert s._calls is calls and s._latency is latency
+        assert int(calls.sum()) >= total + 1000, "counts lost across unload/load"
+        assert s.bpf.loads == 3  # start (verify), and one per activation
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("attach", ["tp_btf", "raw_tp", "tracepoint"])
+def test_publish_end_to_end(attach: str) -> None:
+    s, handles = start_sampler(Syscall, attach=attach)
+    try:
+        assert f"attaches as {attach})" in s.detail
+        s.activate()
+        s.publish(0)
+        _clear(handles)
+        getpids(5000)
+        nanosleeps(20, threads=2, ns=1_000_000)
+        s.publish(0)
+        s.deactivate()
+    finally:
+        s.close()
+    calls = _calls(handles)
+    assert list(calls) == list(table.FAMILIES), "every family, in code order"
+    assert calls["query"] >= 5000 and calls["sleep"] >= 20
+    lat = _latency(handles)
+    assert {"query", "sleep"} <= set(lat)
+    for op, (r, counts) in lat.items():
+        assert r["count"] > 0 and int(counts.sum()) == r["count"], op
+        assert 0 < r["p50"] <= r["p90"] <= r["p99"] <= r["p999"] <= r["max"], (op, r)
+        assert 0 < r["attached_ns"] < 10 * 10**9
+        assert r["grouping_power"] == h2.GROUPING_POWER
+    assert lat["sleep"][0]["p50"] >= 1_000_000
+
+
+def test_first_record_after_reattach_covers_only_the_attached_time() -> None:
+    """Calls between the last publish and a detach are not counted in the first latency
+    record after the next attach."""
+    s, handles = start_sampler(Syscall)
+    try:
+        s.activate()
+        s.publish(0)
+        getpids(20000)
+        s.deactivate()  # no publish in between
+        _clear(handles)
+        s.activate()
+        s.publish(0)
+        s.deactivate()
+    finally:
+        s.close()
+    lat = _latency(handles)
+    assert "query" not in lat or lat["query"][0]["count"] < 20000
+
+
+def test_silent_without_consumer() -> None:
+    s, handles = start_sampler(Syscall, enabled=False)
+    try:
+        s.activate()
+        getpids(100)
+        s.publish(0)
+        s.deactivate()
+    finally:
+        s.close()
+    assert not any(h.payloads for h in handles.values())
+
+
+def test_counts_are_per_cpu_lines() -> None:
+    s, _handles = start_sampler(Syscall)
+    try:
+        calls = s._calls
+        assert calls.shape == (num_possible_cpus(), len(table.FAMILIES))
+        assert calls.strides == (128, 8)
+        s.activate()
+        getpids(1000)
+        s.deactivate()
+        assert np.count_nonzero(calls.sum(axis=1)) >= 1
+    finally:
+        s.close()
+
+
+def test_object_sizes_match_the_table() -> None:
+    """bpf/syscall.h's SYSCALL_MAX_ID and SYSCALL_FAMILIES, as compiled, are the table's."""
+    from rezolus_ue.bpf.libbpf import Btf
+
+    with Btf.parse(build.object_path("syscall")) as btf:
+        assert btf.datasec(".rodata")["syscall_family"][1] == table.MAX_SYSCALL_ID
+        assert btf.struct("syscall_counts").members["calls"][1] == 8 * len(table.FAMILIES)
+    s, _handles = start_sampler(Syscall)
+    try:
+        assert s._latency.shape == (len(table.FAMILIES), h2.BUCKETS)
+    finally:
+        s.close()
