@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-s", "--sample-interval", metavar="DURATION", type=_duration,
                      help="sample interval for oversampled (*_dist) events, overriding"
                      " [agent] sample_interval")
+    run.add_argument("-u", "--user", metavar="USER",
+                     help="after start-up (events registered, files opened as root), become"
+                     " USER, keeping only CAP_BPF and CAP_PERFMON")
 
     ev = sub.add_parser(
         "events", formatter_class=fmt,
@@ -152,6 +155,20 @@ def load_config(path: Path | None) -> cfg.Config:
     return cfg.load(path, options()) if path else cfg.defaults(options())
 
 
+def _give_runtime_dir(user: str) -> None:
+    """Hand the runtime directory (lock, status) to ``user`` before becoming it."""
+    import pwd
+
+    from .agent import RUNTIME_DIR
+
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        return  # drop_after_start says so
+    for p in (RUNTIME_DIR, *RUNTIME_DIR.iterdir()):
+        os.chown(p, pw.pw_uid, pw.pw_gid)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
@@ -197,10 +214,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         names = agent.event_names
         if not names:
             raise ConfigError("no sampler could start: nothing to publish (see warnings above)")
-        if conf.agent["drop_capabilities"]:
+        if conf.agent["drop_capabilities"] or args.user:
             from .privilege import drop_after_start
 
-            drop_after_start()
+            if args.user and lock is not None:
+                _give_runtime_dir(args.user)
+            drop_after_start(user=args.user)
         log.info("publishing %d events via %s: %s", len(names), agent.tracefs, ", ".join(names))
         log.info("watch with: perf record -e 'user_events:rezolus_*' -a -- sleep 10;"
                  " perf script")

@@ -41,6 +41,7 @@ NAMES = {v: k for k, v in CAPS.items()}
 RUNTIME_CAPS = ("CAP_BPF", "CAP_PERFMON")
 
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
+PR_SET_KEEPCAPS = 8
 PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -90,12 +91,15 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 
 
-def drop_to(keep: Iterable[str] = RUNTIME_CAPS, procfs: Path = Path("/proc")) -> list[str]:
+def drop_to(keep: Iterable[str] = RUNTIME_CAPS, procfs: Path = Path("/proc"),
+            user: str | None = None) -> list[str]:
     """Drop every capability but ``keep`` (those held); return the names dropped.
 
     The bounding set is cleared first (that needs CAP_SETPCAP, dropped last), then the
-    ambient set, then capset() leaves effective = permitted = ``keep`` and nothing
-    inheritable. Raises OSError if capset() refuses.
+    ambient set; with ``user``, the process then becomes that user (its uid, gid and
+    supplementary groups; PR_SET_KEEPCAPS keeps the permitted set across setuid); last,
+    capset() leaves effective = permitted = ``keep`` and nothing inheritable. Raises
+    OSError if setuid/capset refuse, KeyError if ``user`` does not exist.
     """
     before = current(procfs)
     held = members(before.get("CapPrm", 0))
@@ -107,6 +111,8 @@ def drop_to(keep: Iterable[str] = RUNTIME_CAPS, procfs: Path = Path("/proc")) ->
             # EINVAL: unknown to this kernel; EPERM: no CAP_SETPCAP (bounding set stays).
             libc.prctl(PR_CAPBSET_DROP, n, 0, 0, 0)
     libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    if user is not None:
+        become(user, libc)
     mask = sum(1 << n for n in keep_nums)
     header = _Header(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (_Data * 2)()
@@ -120,6 +126,25 @@ def drop_to(keep: Iterable[str] = RUNTIME_CAPS, procfs: Path = Path("/proc")) ->
     return sorted(cap_name(n) for n in held - keep_nums)
 
 
+def become(user: str, libc: ctypes.CDLL | None = None) -> None:
+    """Switch uid, gid and groups to ``user``'s, keeping the permitted capabilities."""
+    import grp
+    import pwd
+
+    pw = pwd.getpwnam(user)
+    groups = [g.gr_gid for g in grp.getgrall() if user in g.gr_mem]
+    libc = libc or _libc()
+    if libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_KEEPCAPS): {os.strerror(err)}")
+    try:
+        os.setgroups(sorted({pw.pw_gid, *groups}))
+        os.setgid(pw.pw_gid)
+        os.setuid(pw.pw_uid)
+    finally:
+        libc.prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0)
+
+
 def _last_cap(procfs: Path) -> int:
     try:
         return int((procfs / "sys/kernel/cap_last_cap").read_text())
@@ -127,15 +152,27 @@ def _last_cap(procfs: Path) -> int:
         return 40
 
 
-def drop_after_start(procfs: Path = Path("/proc")) -> None:
-    """Drop to RUNTIME_CAPS, logging what went; never fail the agent over it."""
+def drop_after_start(procfs: Path = Path("/proc"), user: str | None = None) -> None:
+    """Drop to RUNTIME_CAPS (and become ``user``), logging what went.
+
+    Failing to drop is a warning (the agent runs on with what it had); failing to become
+    the requested user is an error: the operator asked not to run as root.
+    """
+    from .errors import RezolusError
+
     try:
-        dropped = drop_to(RUNTIME_CAPS, procfs)
+        dropped = drop_to(RUNTIME_CAPS, procfs, user)
+    except KeyError:
+        raise RezolusError(f"--user {user}: no such user (create it, e.g. with"
+                           " `rezolus-ue install-service --create-user`)") from None
     except OSError as e:
+        if user is not None:
+            raise RezolusError(f"cannot become user {user}: {e.strerror}") from None
         log.warning("could not drop capabilities (%s); running with those it had",
                     e.strerror or errno.errorcode.get(e.errno or 0, "?"))
         return
     kept = [c for c in RUNTIME_CAPS if c not in missing(RUNTIME_CAPS, procfs)]
-    if dropped:
-        log.info("dropped %d capabilities after start-up; kept %s", len(dropped),
-                 ", ".join(kept) or "none")
+    who = f"; running as {user} (uid {os.getuid()})" if user else ""
+    if dropped or user:
+        log.info("dropped %d capabilities after start-up; kept %s%s", len(dropped),
+                 ", ".join(kept) or "none", who)

@@ -72,3 +72,35 @@ def test_after_dropping_the_agent_still_loads_and_attaches_bpf() -> None:
     assert caps["CapInh"] == caps.get("CapAmb", 0) == 0
     assert "CAP_SYS_ADMIN" in out["dropped"] and "CAP_BPF" not in out["dropped"]
     assert out["attached"] is True
+
+
+BECOME_NOBODY_THEN_USE_BPF = DROP_THEN_USE_BPF.replace("privilege.drop_to()",
+                                                       'privilege.drop_to(user="nobody")')
+
+
+@pytest.mark.host
+def test_as_another_user_the_agent_still_loads_and_attaches_bpf() -> None:
+    """`run --user`: a non-root uid with CAP_BPF + CAP_PERFMON loads and attaches on demand."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (to become another user)")
+    import pwd
+
+    from rezolus_ue.bpf import build
+
+    try:
+        nobody = pwd.getpwnam("nobody").pw_uid
+    except KeyError:
+        pytest.skip("no user nobody")
+    if not build.object_path("scheduler_runqueue").exists():
+        pytest.skip("BPF objects not built")
+    script = BECOME_NOBODY_THEN_USE_BPF.replace(
+        'print(json.dumps({', 'print(json.dumps({"uid": os.getuid(), "euid": os.geteuid(), ')
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.splitlines()[-1])
+    assert out["uid"] == out["euid"] == nobody
+    want = 1 << privilege.CAPS["CAP_BPF"] | 1 << privilege.CAPS["CAP_PERFMON"]
+    assert out["caps"]["CapEff"] == out["caps"]["CapPrm"] == want
+    assert "CAP_SETUID" in out["dropped"]
+    assert out["attached"] is True
