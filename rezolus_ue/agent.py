@@ -227,7 +227,7 @@ class Agent:
             if st.status != "active":
                 log.info("%s: consumer attached, sampling", st.name)
                 try:
-                    ok = self._call(st, sampler.activate)
+                    ok = self._call(st, sampler.activate_async)
                 except (SamplerUnavailable, RezolusError) as e:
                     self._make_unavailable(st, e)
                     continue
@@ -235,6 +235,12 @@ class Agent:
                 if not ok:
                     continue  # retried next tick
             st.status = "active"
+            try:
+                if not sampler.poll_activation():
+                    continue  # BPF programs still loading: the other samplers go on
+            except (SamplerUnavailable, RezolusError) as e:
+                self._make_unavailable(st, e)
+                continue
             dist = sampler.dist_wanted
             oversampling |= dist
             if not (dist or publishing):
@@ -275,7 +281,7 @@ class Agent:
         try:
             hook()
         except RezolusError:
-            if hook.__name__ == "activate":
+            if hook.__name__ in ("activate", "activate_async"):
                 raise
             self.sampler_errors += 1
             st.errors += 1

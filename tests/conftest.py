@@ -128,6 +128,11 @@ class VMResults:
             _which("vng") or "vng", "--run", KERNEL_IMAGE, "--disable-kvm", "--force-9p",
             "--user", "root", "--cpus", "2", "--memory", "4G", "--rwdir", str(ROOT),
             "--verbose",  # the guest kernel's console lands in vng.log: why a guest died
+            # One host thread emulates both guest CPUs: with multi-threaded TCG, the
+            # kernel's live code patching (text_poke's int3, on every tracepoint or BPF
+            # attach and detach) raced with the other vCPU and panicked the guest
+            # ("Oops: int3" in ttwu_do_activate / __schedule) a few times per run.
+            "--qemu-opts=-accel tcg,thread=single",
             "--exec", f"sh {shlex.quote(str(script))}",
         ]
         start = time.monotonic()

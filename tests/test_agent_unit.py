@@ -673,3 +673,28 @@ def test_sampler_that_cannot_activate_becomes_unavailable_and_unregisters() -> N
     assert agent.states["good"].status == "active" and good.publishes == [1]
     agent.tick(2, True)  # not retried
     assert agent.sampler_errors == 1
+
+
+class SlowToActivate(FakeSampler):
+    """Activates in the background, like a BPF sampler loading its programs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.done = False
+
+    def activate_async(self) -> None:
+        pass
+
+    def poll_activation(self) -> bool:
+        return self.done
+
+
+def test_samplers_activating_in_the_background_do_not_stall_the_others() -> None:
+    slow, other = SlowToActivate(), FakeSampler()
+    agent = make_agent(slow=slow, other=other)
+    agent.tick(1, True)
+    assert slow.publishes == [] and other.publishes == [1]
+    assert agent.states["slow"].status == "active"
+    slow.done = True
+    agent.tick(2, True)
+    assert slow.publishes == [2] and other.publishes == [1, 2]

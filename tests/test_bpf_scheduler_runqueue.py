@@ -215,3 +215,28 @@ def test_switch_counters_layout_is_per_cpu_cache_lines() -> None:
         assert np.count_nonzero(total) >= 1
     finally:
         s.close()
+
+
+def test_activate_async_loads_in_a_thread_and_reports_when_done() -> None:
+    s, _handles = start_sampler(SchedulerRunqueue)
+    try:
+        s.activate_async()
+        assert eventually(s.poll_activation), "never finished loading"
+        assert s.bpf.attached and s.detail.startswith("attached (")
+        s.activate_async()  # already attached: nothing to do
+        assert s.poll_activation()
+        s.deactivate()
+        assert not s.bpf.loaded
+    finally:
+        s.close()
+
+
+def test_activate_async_failure_surfaces_in_poll() -> None:
+    s, _handles = start_sampler(SchedulerRunqueue)
+    try:
+        s._bpf.path = s._bpf.path.with_name("no-such-object.bpf.o")  # unloaded: next load
+        s.activate_async()
+        with pytest.raises(RezolusError, match="no-such-object"):
+            eventually(lambda: s.poll_activation() or False)
+    finally:
+        s.close()

@@ -116,6 +116,16 @@ class Sampler(ABC):
     def activate(self) -> None:  # noqa: B027 - optional hook
         """A consumer arrived: acquire what only consumed sampling needs (attach BPF)."""
 
+    def activate_async(self) -> None:
+        """Begin ``activate`` without blocking the agent (BPF samplers load in a thread);
+        ``poll_activation`` says when it is done."""
+        self.activate()
+
+    def poll_activation(self) -> bool:
+        """Return True once activated (False: still activating); raise what activating
+        raised (RezolusError: the sampler cannot run here)."""
+        return True
+
     def deactivate(self) -> None:  # noqa: B027 - optional hook
         """The last consumer left: release it again (detach BPF programs)."""
 

@@ -20,6 +20,7 @@ only while a consumer listens).
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import ClassVar
 
@@ -28,6 +29,7 @@ import numpy as np
 from ..bpf.libbpf import Object
 from ..bpf.loader import ATTACH_KINDS, BpfObject
 from ..config import Option
+from ..errors import RezolusError
 from ..metrics import h2
 from ..metrics.family import Family, histogram_records
 from .base import Sampler
@@ -57,6 +59,8 @@ class BpfSampler(Sampler):
     """
 
     bpf_object: ClassVar[str]
+    _thread: threading.Thread | None = None
+    _error: BaseException | None = None
     #: Per-CPU maps sized to the possible CPUs before load.
     per_cpu_maps: ClassVar[tuple[str, ...]] = ()
     #: Maps that keep their contents across unload/load (cumulative data, .bss).
@@ -117,6 +121,8 @@ class BpfSampler(Sampler):
         bpf = getattr(self, "_bpf", None)
         if bpf is None:
             return ""
+        if self._thread is not None:
+            return f"loading: a consumer arrived (collect {self.collect})"
         if bpf.attached:
             return f"attached ({bpf.attach_kinds}), collect {self.collect}"
         return (f"detached: no consumer (collect {self.collect}; attaches as"
@@ -125,6 +131,41 @@ class BpfSampler(Sampler):
     @detail.setter
     def detail(self, value: str) -> None:
         pass  # derived from the BPF object's state
+
+    def activate_async(self) -> None:
+        """Load and attach in a thread: verifying several objects takes long enough (0.1 s
+        each natively, seconds under emulation) to stall every other sampler's records."""
+        if self._bpf.attached or self._thread is not None:
+            return
+        self._error = None
+        self._thread = threading.Thread(target=self._activate_in_thread,
+                                        name=f"bpf-load-{self.name}", daemon=True)
+        self._thread.start()
+
+    def _activate_in_thread(self) -> None:
+        try:
+            self.activate()
+        except BaseException as e:  # reported by poll_activation in the agent's thread
+            self._error = e
+
+    def poll_activation(self) -> bool:
+        t = self._thread
+        if t is not None:
+            if t.is_alive():
+                return False
+            self._thread = None
+            err, self._error = self._error, None
+            if isinstance(err, RezolusError):
+                raise err
+            if err is not None:
+                raise RezolusError(f"{self.name}: loading the BPF programs failed: {err}")
+        return True
+
+    def _join(self) -> None:
+        t = self._thread
+        if t is not None:
+            t.join()
+            self._thread = None
 
     def activate(self) -> None:
         if self._bpf.attached:
@@ -139,6 +180,8 @@ class BpfSampler(Sampler):
         self._since = now
 
     def deactivate(self) -> None:
+        self._join()
+        self._error = None
         if self.collect == "always":
             return
         self._bpf.unload()
@@ -167,6 +210,7 @@ class BpfSampler(Sampler):
                 h.write(schema.pack(*rec))
 
     def close(self) -> None:
+        self._join()
         self._hists = {}
         bpf = getattr(self, "_bpf", None)
         if bpf is not None:

@@ -1,0 +1,158 @@
+"""Run every benchmark and write docs/PERFORMANCE.md: machine, kernel, date, each figure
+with its target, and each benchmark's full output.
+
+    sudo .venv/bin/python bench/all.py                      # full runs (~15 min)
+    sudo .venv/bin/python bench/all.py --quick              # short runs, for a smoke test
+    sudo .venv/bin/python bench/all.py --vm ../shared/vmkernel/bzImage
+                                          # also the enabled-write cost, in a VM
+
+Each benchmark runs as its own process (``bench/<name>.py``), one after the other, so
+they do not disturb each other; their figures are taken from their output by the
+patterns in FIGURES (a figure a benchmark did not print shows as "not measured"). The
+benchmarks print and assert nothing; neither does this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "PERFORMANCE.md"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure: which benchmark prints it, the pattern capturing it, and the target."""
+
+    bench: str
+    name: str
+    pattern: str
+    unit: str
+    target: str
+
+
+FIGURES = (
+    Figure("publish", "disabled check (enable-word read + branch)",
+           r"enable-word read \(word\.value\) \+ branch\s+([\d.]+) ns", "ns", "<= 100 ns"),
+    Figure("publish", "enabled write / same-size writev to /dev/null",
+           r"ratio write / devnull\s+([\d.]+) x", "x", "<= 3x"),
+    Figure("collect", "agent CPU, no consumer",
+           r"agent CPU, no consumer, 1 s ticks:\s+([\d.]+) %", "% of a core", "<= 0.05%"),
+    Figure("collect", "agent CPU, every procfs/sysfs/perf sampler, 100 ms / 1 s",
+           r"100 ms sampling / 1 s publishing: ([\d.]+) %", "% of a core", "<= 1%"),
+    Figure("collect", "ours / prometheus-node-exporter, same collectors and rate",
+           r"ratio[^\n]*?([\d.]+) ?x", "x", "<= 0.5x"),
+    Figure("overhead", "perf bench sched messaging slowdown, scheduler + syscall BPF",
+           r"slowdown \(cpu[^)]*\): ours ([+-][\d.]+)%", "% (CPU time)", "<= 3%"),
+    Figure("overhead", "same, with bpftrace runqlat instead",
+           r"slowdown \(cpu[^)]*\):[^\n]*\n(?:[^\n]*\n)*?\s+ours_rq [^\n]*bpftrace ([+-][\d.]+)%",
+           "% (CPU time)", "ours no worse"),
+    Figure("overhead", "agent CPU, every BPF sampler attached, consumer, 1 s",
+           r"agent CPU, consumer, 1 s publishing:\s+([\d.]+) %", "% of a core", "<= 1%"),
+    Figure("overhead", "agent CPU, BPF samplers, no consumer",
+           r"agent CPU, no consumer, 1 s publishing:\s+([\d.]+) %", "% of a core",
+           "<= 0.05%, 0 programs"),
+    Figure("top", "top: one frame, 64 CPUs, 200x60 (ingest + render + draw)",
+           r"\s+64\s+200x60\s+\d+\s+[\d.]+ms\s+[\d.]+ms\s+[\d.]+ms\s+([\d.]+)ms", "ms",
+           "CPU share at 1 Hz = ms/10 %"),
+)
+
+
+def commands(quick: bool, vm: str | None) -> dict[str, list[str]]:
+    """Return each benchmark's command line."""
+    py = sys.executable
+    return {
+        "publish": [py, "bench/publish.py", "-n", "20000" if quick else "200000",
+                    *(["--vm", vm] if vm else [])],
+        "collect": [py, "bench/collect.py", "--seconds", "2" if quick else "20"],
+        "overhead": [py, "bench/overhead.py", *(["--runs", "2", "--groups", "2", "--loops",
+                                                  "20", "--seconds", "2"] if quick else [])],
+        "top": [py, "bench/top.py", *(["--frames", "3"] if quick else [])],
+    }
+
+
+def machine() -> list[str]:
+    """Return the header lines: machine, kernel, CPUs, date."""
+    model = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return [
+        f"- machine: `{platform.node()}`, {os.cpu_count()} CPUs ({model})",
+        f"- kernel: Linux {platform.release()} ({platform.machine()})",
+        f"- Python {platform.python_version()}",
+        f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
+        f"- load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+    ]
+
+
+def extract(outputs: dict[str, str]) -> list[tuple[Figure, str]]:
+    """Return every figure with its value (or why not) from the benchmarks' outputs."""
+    rows = []
+    for f in FIGURES:
+        out = outputs.get(f.bench)
+        if out is None:
+            rows.append((f, "not run"))
+            continue
+        m = re.search(f.pattern, out)
+        rows.append((f, f"{m.group(1)} {f.unit}" if m else "not measured"))
+    return rows
+
+
+def render(outputs: dict[str, str], seconds: dict[str, float], argv: list[str]) -> str:
+    """Return docs/PERFORMANCE.md."""
+    lines = ["# Performance", "",
+             "<!-- Written by `bench/all.py`; rerun it rather than editing. -->", "",
+             f"Command: `{' '.join(['bench/all.py', *argv])}`", "", *machine(), "",
+             "| benchmark | figure | measured | target |", "|---|---|---|---|"]
+    for f, value in extract(outputs):
+        lines.append(f"| {f.bench} | {f.name} | {value} | {f.target} |")
+    lines += ["", "One run on a shared, noisy machine: compare figures taken in the same run,"
+              " and rerun before drawing conclusions.", ""]
+    for name, out in outputs.items():
+        lines += [f"## {name} ({seconds[name]:.0f} s)", "", "```", out.rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="short runs (figures are rough)")
+    ap.add_argument("--vm", metavar="BZIMAGE", help="measure the enabled write in this VM")
+    ap.add_argument("--only", action="append", metavar="BENCH",
+                    help="run only this benchmark (repeatable)")
+    ap.add_argument("--out", type=Path, default=OUT, help=f"where to write (default {OUT})")
+    args = ap.parse_args()
+    outputs: dict[str, str] = {}
+    seconds: dict[str, float] = {}
+    for name, cmd in commands(args.quick, args.vm).items():
+        if args.only and name not in args.only:
+            continue
+        print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        seconds[name] = time.monotonic() - t0
+        outputs[name] = p.stdout + (f"\n[stderr]\n{p.stderr}" if p.returncode else "")
+        print(p.stdout, flush=True)
+    text = render(outputs, seconds, sys.argv[1:])
+    args.out.write_text(text)
+    for f, value in extract(outputs):
+        print(f"{f.name:70s} {value:>22s}   target {f.target}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
