@@ -11,8 +11,6 @@
 #define SYSCALL_FAMILIES 16
 /* Syscall numbers the family table covers; larger numbers are "other". */
 #define SYSCALL_MAX_ID 1024
-/* Most threads inside a syscall tracked at once (LRU: the stalest are dropped first). */
-#define SYSCALL_MAX_TASKS 65536
 
 /* One CPU's syscall counts by family (cumulative): two cache lines per CPU. */
 struct syscall_counts {

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from rich.console import Console
@@ -11,9 +13,21 @@ from rich.table import Table
 
 from tracefs_tools import Tracefs, TracefsError, UserEventsStatus, find_tracefs
 
+from .agent import RUNTIME_DIR, read_status
+from .samplers import REGISTRY
+from .samplers.bpf_sampler import BpfSampler
 from .schema import EVENTS, EventSchema
 
 GROUP = "user_events"
+
+#: Why a sampler that is not a BPF sampler is in each status (when it gave no reason).
+_WHY = {"idle": "no consumer: not sampling", "active": "a consumer is listening: sampling"}
+
+#: Printed under the sampler table when it lists a BPF sampler.
+BPF_NOTE = ("BPF programs are loaded and attached only while a consumer has one of the"
+            " sampler's events enabled (collect = \"on-demand\"), and detached and unloaded"
+            " within one publish interval after the last consumer leaves; while attached,"
+            " `bpftool prog show` lists them.")
 
 
 def watch_commands(event: EventSchema, tracefs: Path) -> tuple[str, str]:
@@ -22,6 +36,62 @@ def watch_commands(event: EventSchema, tracefs: Path) -> tuple[str, str]:
     ev = tracefs / "events" / GROUP / event.name / "enable"
     ftrace = f"echo 1 > {ev} && cat {tracefs}/trace_pipe"
     return perf, ftrace
+
+
+def bpf_state(name: str, info: Mapping[str, str]) -> str:
+    """Return what a sampler's BPF programs are doing: "attached", "detached" or
+    "not loaded"; "-" for a sampler without BPF.
+
+    A running BPF sampler's reason is its ``BpfSampler.detail``, which starts with the state.
+    """
+    cls = REGISTRY.get(name)
+    if cls is None or not issubclass(cls, BpfSampler):
+        return "-"
+    if info.get("status") in ("unavailable", "disabled"):
+        return "not loaded"
+    reason = info.get("reason") or ""
+    for state in ("attached", "detached"):
+        if reason.startswith(state):
+            return state
+    return "?"
+
+
+def bpf_why(status: str, reason: str) -> str:
+    """Return why a BPF sampler's programs are attached or not, from its detail (e.g.
+    "attached (tp_btf), collect on-demand"), which says how but not why."""
+    m = re.fullmatch(r"attached \((.*)\), collect (\S+)", reason)
+    if m is None:
+        return reason.removeprefix("detached: ")
+    kinds, mode = m.groups()
+    cause = ("a consumer is listening" if status == "active" else
+             'collect = "always"' if mode == "always" else
+             "no consumer left: detaches at the next publish")
+    return f"{cause} (attached as {kinds}, collect {mode})"
+
+
+def sampler_rows(samplers: Mapping[str, Mapping[str, str]]) -> list[tuple[str, str, str, str]]:
+    """Return (sampler, status, BPF programs, why) for each sampler in the agent's status."""
+    rows = []
+    for name, info in samplers.items():
+        status, reason = info.get("status", "?"), info.get("reason") or ""
+        bpf = bpf_state(name, info)
+        if bpf in ("attached", "detached"):
+            why = bpf_why(status, reason)
+        else:
+            why = reason or _WHY.get(status, "")
+        rows.append((name, status, bpf, why))
+    return rows
+
+
+def sampler_table(agent: Mapping) -> Table:
+    """Return the table of the running agent's samplers (``agent``: its status.json)."""
+    table = Table(title=f"samplers of the running agent (pid {agent['pid']})",
+                  title_justify="left")
+    for col in ("sampler", "status", "BPF programs", "why"):
+        table.add_column(col, no_wrap=col != "why")
+    for row in sampler_rows(agent["samplers"]):
+        table.add_row(*row)
+    return table
 
 
 def show_events(commands_only: bool = False) -> int:
@@ -49,8 +119,6 @@ def show_events(commands_only: bool = False) -> int:
             for cmd in watch_commands(e, root):
                 con.print(cmd, soft_wrap=True)
         return 0
-    from .agent import read_status
-
     agent = read_status()
     samplers = agent["samplers"] if agent else {}
     table = Table(title="rezolus-ue events (tracepoints user_events:<name>)", title_justify="left")
@@ -73,15 +141,12 @@ def show_events(commands_only: bool = False) -> int:
         )
     con.print(table)
     if samplers:
-        st = Table(title=f"samplers of the running agent (pid {agent['pid']})",
-                   title_justify="left")
-        for col in ("sampler", "status", "detail"):
-            st.add_column(col)
-        for name, info in samplers.items():
-            why = {"idle": "no consumer: not sampling", "active": "sampling"}.get(
-                info["status"], "")
-            st.add_row(name, info["status"], info.get("reason") or why)
-        con.print(st)
+        con.print(sampler_table(agent))
+        if any(bpf_state(n, i) != "-" for n, i in samplers.items()):
+            con.print(BPF_NOTE)
+    elif agent is None:
+        con.print(f"No running agent ({RUNTIME_DIR}/status.json): nothing is sampled and no"
+                  " BPF program of ours is attached.")
     if status is not None and not any(e.name in status.events for e in EVENTS):
         con.print("No rezolus-ue event is registered: is the agent running? (`rezolus-ue run`)")
     if note:

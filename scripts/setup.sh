@@ -23,7 +23,8 @@ python3 -c 'import ensurepip, venv' 2>/dev/null || pkgs="$pkgs python3-venv pyth
 if [ "$dev" = 1 ]; then
     # udev: without it virtme-ng cannot find its virtio-serial ports (output is lost).
     # prometheus: the exporter's test scrapes it with a real server.
-    pkgs="$pkgs qemu-system-x86 udev man-db groff-base tmux prometheus"
+    # bpftrace: bench/overhead.py compares our run-queue sampler with a bpftrace script.
+    pkgs="$pkgs qemu-system-x86 udev man-db groff-base tmux prometheus bpftrace"
 fi
 
 missing=""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -43,3 +45,47 @@ def test_collect_builds_and_refreshes_every_sampler() -> None:
         assert set(costs) | set(skipped) == set(collect.REGISTRY)
     finally:
         agent.close()
+
+
+@pytest.mark.host
+@pytest.mark.skipif(os.geteuid() != 0, reason="BPF needs root")
+def test_overhead_runs_every_configuration() -> None:
+    if shutil.which("perf") is None:
+        pytest.skip("perf is not installed (Debian: linux-perf)")
+    ov = load("overhead")
+    agent, _skipped = ov.build_agent(tuple(n for n in ov.WORKLOAD_SAMPLERS
+                                           if n in ov.bpf_samplers()))
+    configs = {"none": contextlib.nullcontext, "ours": lambda: ov.ours_attached(agent)}
+    tracer = ov.Bpftrace(shutil.which("bpftrace")) if shutil.which("bpftrace") else None
+    if tracer is not None:
+        configs["bpftrace"] = tracer.attached
+    try:
+        times = ov.slowdown(1, 1, 5, configs)["wall"]
+        costs = ov.program_costs(agent, tracer, 1, 5)
+    finally:
+        agent.close()
+    assert set(ov.report_slowdown(times)) == set(configs) - {"none"}
+    assert costs["ours"], "none of our programs ran"
+    if tracer is not None:
+        assert tracer.counts and tracer.counts[0] > 0, "bpftrace measured nothing"
+        assert costs["bpftrace"]
+    res = ov.agent_cpu(0.2)
+    assert set(res.samplers) | set(res.unavailable) == set(ov.bpf_samplers())
+    ov.report_agent_cpu(res)
+
+
+def test_all_extracts_figures_and_renders_the_table() -> None:
+    all_ = load("all")
+    outputs = {
+        "publish": "enable-word read (word.value) + branch     35.2 ns\n"
+                   "ratio write / devnull                        1.95 x   (target <= 3x)\n",
+        "top": "    64  200x60      900   1.00ms   2.00ms   3.00ms   6.00ms     0.60%\n",
+    }
+    rows = {f.name: v for f, v in all_.extract(outputs)}
+    assert rows["disabled check (enable-word read + branch)"] == "35.2 ns"
+    assert rows["enabled write / same-size writev to /dev/null"] == "1.95 x"
+    assert rows["top: one frame, 64 CPUs, 200x60 (ingest + render + draw)"] == "6.00 ms"
+    assert rows["agent CPU, no consumer"] == "not run"
+    text = all_.render(outputs, {"publish": 1.0, "top": 2.0}, ["--quick"])
+    assert "| publish | disabled check (enable-word read + branch) | 35.2 ns | <= 100 ns |" in text
+    assert "Linux" in text and "## top (2 s)" in text

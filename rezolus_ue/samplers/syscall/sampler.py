@@ -20,17 +20,24 @@ Lifecycle (``BpfSampler``): loaded at start to verify, then unloaded; attached o
 a consumer has one of the two events enabled (``collect = "on-demand"``). The counts (one
 ``struct syscall_counts``, two cache lines, per CPU) and the histograms (16 x 496 u64 in
 one array) are ``BPF_F_MMAPABLE`` maps kept across unloads and read through mmap: a
-publish makes no syscall to read them.
+publish makes no syscall to read them. Each thread's enter time lives in BPF task
+storage, created with the programs and gone with them.
 
-Measured cost (2-vCPU VM, Linux 6.18, load average 4-11 from other work, so upper
-figures): per event, run_time_ns / run_cnt of ``bpftool prog show`` with BPF run-time
-stats on (as kernel.bpf_stats_enabled=1): sys_enter 90-125 ns, sys_exit 110-150 ns, alike
-for tp_btf, raw_tp and tracepoint, so 200-290 ns of BPF per syscall. Attached, a
-syscall-bound workload (``dd bs=1``, 400k syscalls, best of 7 runs alternating attached
-and detached) took 0.4-0.65 us more per syscall: the BPF plus the tracepoint slow path
-that any raw_syscalls consumer (perf, ftrace) switches on. One publish (11 histogram and
-16 counter records, fake handles: no write syscalls) took 0.5-0.9 ms of CPU, mostly H2
-percentiles and record packing. The object loads and counts on the VM tier's Linux 6.12
+Measured cost (2-vCPU VM, Linux 6.18, shared: load average 8-120 from other work, so
+medians drift; minima are steadier). Per syscall, ``getppid`` in a loop, minimum over 15
+interleaved rounds: 135 ns bare; +30 ns with programs that return at once (the
+raw_syscalls slow path and two BPF calls: the floor of any raw_syscalls consumer); +145 ns
+with the LRU-hash version of the programs; +130 ns with task storage (this one). The rest
+is mostly the two ``bpf_ktime_get_ns`` (70 ns: without them +70 ns); a plain per-CPU
+increment instead of the atomic one measured the same. BPF run-time stats
+(kernel.bpf_stats_enabled=1, which adds ~45 ns per program run itself): sys_enter
+128 -> 109 ns, sys_exit 146 -> 137 ns. ``perf bench sched messaging -g 10 -l 250`` (3M
+syscalls, ~1.1 us of CPU each), its CPU time, median of 6 interleaved rounds: +4.8%
+before, +4.0% after (wall: +8.3%, +13.2%: noise at this load); bench/overhead.py has the
+full comparison. Timing 1 syscall in 8 (at random) would cut the cost to +68 ns, but
+histograms would then be estimates: not done. One publish (11 histogram and 16 counter
+records, fake handles: no write syscalls) took 0.5-0.9 ms of CPU, mostly H2 percentiles
+and record packing. The object loads and counts on the VM tier's Linux 6.12
 too (tp_btf, raw_tp and tracepoint).
 """
 

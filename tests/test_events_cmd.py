@@ -1,0 +1,70 @@
+"""``rezolus-ue events``: the sampler table built from the agent's status.json."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from rezolus_ue.events_cmd import BPF_NOTE, bpf_state, bpf_why, sampler_rows, sampler_table
+
+#: status.json of an agent with one procfs and one BPF sampler in every state they take.
+STATUS = {
+    "pid": 4242,
+    "samplers": {
+        "cpu_usage": {"status": "active", "reason": ""},
+        "memory": {"status": "idle", "reason": ""},
+        "blockio": {"status": "disabled", "reason": "disabled in config"},
+        "scheduler_runqueue": {"status": "idle", "reason":
+                               "detached: no consumer (collect on-demand; attaches as tp_btf)"},
+    },
+}
+
+
+def test_bpf_state_follows_the_samplers_detail() -> None:
+    s = "scheduler_runqueue"
+    assert bpf_state(s, {"status": "active",
+                         "reason": "attached (tp_btf), collect on-demand"}) == "attached"
+    assert bpf_state(s, {"status": "idle",
+                         "reason": "attached (raw_tp), collect always"}) == "attached"
+    assert bpf_state(s, STATUS["samplers"][s]) == "detached"
+    assert bpf_state(s, {"status": "unavailable",
+                         "reason": "BPF object x is not built"}) == "not loaded"
+    assert bpf_state(s, {"status": "disabled", "reason": "disabled in config"}) == "not loaded"
+    assert bpf_state("cpu_usage", {"status": "active", "reason": ""}) == "-"
+    assert bpf_state("no_such_sampler", {"status": "idle"}) == "-"
+
+
+def test_rows_say_why() -> None:
+    rows = {r[0]: r[1:] for r in sampler_rows(STATUS["samplers"])}
+    assert rows["cpu_usage"] == ("active", "-", "a consumer is listening: sampling")
+    assert rows["memory"] == ("idle", "-", "no consumer: not sampling")
+    assert rows["blockio"] == ("disabled", "-", "disabled in config")
+    assert rows["scheduler_runqueue"] == (
+        "idle", "detached", "no consumer (collect on-demand; attaches as tp_btf)")
+
+
+@pytest.mark.parametrize(("status", "reason", "why"), [
+    ("active", "attached (tp_btf), collect on-demand",
+     "a consumer is listening (attached as tp_btf, collect on-demand)"),
+    ("idle", "attached (sched_switch=raw_tp, sched_wakeup=tp_btf), collect always",
+     'collect = "always" (attached as sched_switch=raw_tp, sched_wakeup=tp_btf,'
+     " collect always)"),
+    ("idle", "attached (tp_btf), collect on-demand",
+     "no consumer left: detaches at the next publish (attached as tp_btf, collect on-demand)"),
+    ("idle", "detached: no consumer (collect on-demand; attaches as kprobe)",
+     "no consumer (collect on-demand; attaches as kprobe)"),
+    ("active", "something new", "something new"),
+])
+def test_bpf_why(status: str, reason: str, why: str) -> None:
+    assert bpf_why(status, reason) == why
+
+
+def test_table_renders_every_sampler() -> None:
+    con = Console(width=140, color_system=None, record=True)
+    con.print(sampler_table(STATUS))
+    text = con.export_text()
+    assert "samplers of the running agent (pid 4242)" in text
+    assert "BPF programs" in text
+    line = next(ln for ln in text.splitlines() if "scheduler_runqueue" in ln)
+    assert "detached" in line and "no consumer" in line
+    assert "on-demand" in BPF_NOTE
