@@ -121,7 +121,7 @@ class VMResults:
             f"cd {shlex.quote(str(ROOT))}\n"
             "export REZOLUS_UE_IN_VM=1 PYTHONDONTWRITEBYTECODE=1\n"
             f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH\n"
-            f"{shlex.quote(sys.executable)} -m pytest -p no:cacheprovider -q -rs"
+            f"{shlex.quote(sys.executable)} -m pytest -p no:cacheprovider -q -rs --durations=0"
             f" --vm-report={shlex.quote(str(report))} {args} > {shlex.quote(str(logf))} 2>&1\n"
         )
         cmd = [

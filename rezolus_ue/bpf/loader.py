@@ -45,6 +45,7 @@ from .libbpf import (
     BPF_PROG_TYPE_RAW_TRACEPOINT,
     BPF_PROG_TYPE_TRACEPOINT,
     BPF_PROG_TYPE_TRACING,
+    BTF_HINT,
     BTF_KIND_FUNC,
     Btf,
     Link,
@@ -279,6 +280,8 @@ class BpfObject:
             if self.programs or not programs:
                 return self
             self.unload()  # maps only so far: load again, with the programs
+        if not build.VMLINUX_BTF.exists():  # CO-RE: no kernel BTF, no program of ours loads
+            raise KernelFeatureMissing("kernel BTF", BTF_HINT)
         if not self.path.exists():
             raise SamplerUnavailable(self.name, f"BPF object {self.path} is not built: run"
                                      f" `{build.BUILD_COMMAND}` (needs clang, bpftool,"

@@ -33,10 +33,12 @@ def _status(pid: int, key: str) -> int:
     raise KeyError(key)
 
 
-def soak(seconds: float, report_every: float = 60.0) -> dict[str, int]:
+def soak(seconds: float, report_every: float = 60.0,
+         config: Path | None = None) -> dict[str, int]:
     """Run the soak; return its figures (rss_growth_kib, lost, records)."""
+    extra = ["--config", str(config)] if config else []
     agent = subprocess.Popen([sys.executable, "-m", "rezolus_ue", "run", "--interval", "1s",
-                              "--sample-interval", "100ms"], cwd=ROOT,
+                              "--sample-interval", "100ms", *extra], cwd=ROOT,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         with Subscription(None, wait=True, on_wait=lambda: None) as sub:
