@@ -6,6 +6,7 @@ import errno
 import json
 import logging
 import os
+import platform
 import subprocess
 import sys
 import threading
@@ -24,7 +25,7 @@ from rezolus_ue.metrics import h2
 from rezolus_ue.metrics.catalog import AGENT_SAMPLER, CPU_CORES, CPU_USAGE, STATUS_CODES
 from rezolus_ue.metrics.family import Family, counter, gauge
 from rezolus_ue.samplers import REGISTRY, Roots, Sampler, SamplerContext, options
-from rezolus_ue.samplers.agent import AgentSelf
+from rezolus_ue.samplers.agent import AgentSelf, fds_by_size
 from rezolus_ue.samplers.base import FamilySampler
 from rezolus_ue.samplers.cpu.usage import CpuUsage
 from rezolus_ue.schema import AGENT
@@ -325,6 +326,15 @@ def test_agent_sampler_packs_the_stats_in_schema_order(tmp_path: Path) -> None:
     assert rec["rss_bytes"] == 345 * os.sysconf("SC_PAGE_SIZE")
     assert (rec["threads"], rec["fds"]) == (37, 3)
     assert 0 <= rec["cpu_user_ns"] <= time.process_time_ns() * 2  # type: ignore[operator]
+
+
+def test_fd_count_from_the_directory_size_only_where_procfs_gives_it(tmp_path: Path) -> None:
+    fake_procfs(tmp_path)
+    assert not fds_by_size(str(tmp_path / "self" / "fd"))  # a directory's size: list it
+    assert not fds_by_size(str(tmp_path / "missing"))
+    if platform.system() == "Linux" and fds_by_size("/proc/self/fd"):  # Linux >= 6.2
+        # The listing holds the directory open: one fd more than the size counts.
+        assert os.stat("/proc/self/fd").st_size == len(os.listdir("/proc/self/fd")) - 1
 
 
 def test_agent_sampler_publishes_each_samplers_cost(tmp_path: Path) -> None:

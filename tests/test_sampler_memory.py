@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import mmap
 import os
-import random
 import shutil
 import time
 from pathlib import Path
@@ -203,21 +202,6 @@ def test_finder_with_plan_matches_fresh_parse(case: str) -> None:
 )
 def test_parse_pressure_lines(text: bytes, expected: tuple[int, int, int, int]) -> None:
     assert parse_pressure(text) == expected
-
-
-@pytest.mark.parametrize("seed", range(10))
-def test_pressure_kernel_format_fast_path_reads_as_the_general_parse(seed: int) -> None:
-    rng = random.Random(seed)
-
-    def line(kind: str) -> str:
-        avgs = " ".join(f"{k}={rng.randrange(101)}.{rng.randrange(100):02d}"
-                        for k in ("avg10", "avg60", "avg300"))
-        return f"{kind} {avgs} total={rng.randrange(1 << 64)}\n"
-
-    for kinds in (("some", "full"), ("some",), ("full",)):
-        text = "".join(line(k) for k in kinds).encode()
-        assert parse_pressure(text) == memory_mod._parse_pressure_any(text)
-        assert parse_pressure(text.rstrip(b"\n")) == memory_mod._parse_pressure_any(text)
 
 
 def test_pressure_ppm_is_exact() -> None:

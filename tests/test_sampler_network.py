@@ -340,6 +340,23 @@ def test_sysfs_interface_removed_between_refreshes(tmp_path: Path) -> None:
 # --- rtnetlink against a fake kernel ------------------------------------------------------
 
 
+class Notifications(list):
+    """Link notifications queued for the monitor socket; a pipe is readable (for poll)
+    while any is queued."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.r, self.w = os.pipe()
+
+    def append(self, data: bytes) -> None:
+        super().append(data)
+        os.write(self.w, b"x")
+
+    def pop(self, i: int = -1) -> bytes:
+        os.read(self.r, 1)
+        return super().pop(i)
+
+
 class FakeKernel:
     """Answers RTM_GETLINK and RTM_GETSTATS dumps from captures; counts the requests."""
 
@@ -347,7 +364,7 @@ class FakeKernel:
         self.getlink = GETLINK
         self.getstats = getstats
         self.requests: list[int] = []
-        self.notifications: list[bytes] = []
+        self.notifications = Notifications()
 
     def opener(self, groups: int) -> object:
         return FakeMonitor(self) if groups else FakeSocket(self)
@@ -378,6 +395,13 @@ class FakeSocket:
 
 
 class FakeMonitor(FakeSocket):
+    def fileno(self) -> int:
+        return self.k.notifications.r
+
+    def close(self) -> None:
+        os.close(self.k.notifications.r)
+        os.close(self.k.notifications.w)
+
     def recv(self, _size: int) -> bytes:
         if not self.k.notifications:
             raise BlockingIOError(errno.EAGAIN, "empty")

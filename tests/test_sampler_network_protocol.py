@@ -142,6 +142,9 @@ def test_table_reader_follows_a_changed_header() -> None:
     assert r.read(b"Tcp: ActiveOpens OutRsts X\nTcp: 1 2 3\n") == [[1, 2]]
     assert r.read(b"Tcp: ActiveOpens\nTcp: 4\n") == [[4, 0]]
     assert r.read(b"Udp: A\nUdp: 1\n") == [None]
+    two = TableReader({"Udp": ("B", "A"), "Tcp": ("OutRsts",)})
+    assert two.flat(b"Tcp: OutRsts\nTcp: 3\n") == [0, 0, 3]  # no Udp table: zeros
+    assert two.flat(b"Udp: A B\nUdp: 1 2\nTcp: OutRsts\nTcp: -1\n") == [2, 1, 0]
 
 
 def test_family_row_defaults_to_zero() -> None:

@@ -1,8 +1,9 @@
 """The agent's own cost and health, and every sampler's status and refresh cost.
 
 Sources: ``os.times()`` (CPU time), ``/proc/self/statm`` (RSS), ``/proc/self/stat``
-(threads), ``/proc/self/fd`` (open fds), the publisher's write counters and the agent's
-per-sampler states (status, refreshes, errors, refresh-time histogram).
+(threads), ``/proc/self/fd`` (open fds: its size since Linux 6.2, else its entries), the
+publisher's write counters and the agent's per-sampler states (status, refreshes, errors,
+refresh-time histogram).
 Events: ``rezolus_agent``, ``rezolus_agent_sampler`` (one per sampler per interval).
 """
 
@@ -11,9 +12,22 @@ from __future__ import annotations
 import os
 
 from ..metrics.catalog import AGENT, AGENT_SAMPLER, STATUS_CODES
-from ..metrics.family import histogram_records
+from ..metrics.family import sparse_histogram_records
 from ..procfs import KeptOpen
 from .base import Sampler
+
+
+def fds_by_size(fd_dir: str) -> bool:
+    """Return True if ``stat(fd_dir).st_size`` counts the open fds, as procfs does since
+    Linux 6.2: a stat instead of listing the directory, which on the reference VM costs
+    130-170 us cold with 60 fds open. Checked against a listing (which itself holds one
+    more fd open); on an older kernel the size is 0, on a fixture tree a directory's size.
+    """
+    try:
+        size = os.stat(fd_dir).st_size
+        return size > 0 and size == len(os.listdir(fd_dir)) - 1
+    except OSError:
+        return False
 
 
 class AgentSelf(Sampler):
@@ -26,8 +40,9 @@ class AgentSelf(Sampler):
     def start(self) -> None:
         self._statm = KeptOpen(self.ctx.roots.procfs / "self" / "statm")
         self._stat = KeptOpen(self.ctx.roots.procfs / "self" / "stat")
-        self._fd_dir = self.ctx.roots.procfs / "self" / "fd"
+        self._fd_dir = str(self.ctx.roots.procfs / "self" / "fd")
         self._page = os.sysconf("SC_PAGE_SIZE")
+        self._fds_by_size = fds_by_size(self._fd_dir)
 
     def publish(self, t_ns: int) -> None:
         h = self.handles[AGENT.schema.name]
@@ -37,7 +52,8 @@ class AgentSelf(Sampler):
             rss = int(self._statm.read().split()[1]) * self._page
             # Field 20 of /proc/self/stat (after the parenthesised comm) is num_threads.
             threads = int(self._stat.read().rsplit(b")", 1)[1].split()[17])
-            fds = len(os.listdir(self._fd_dir))
+            fds = (os.stat(self._fd_dir).st_size if self._fds_by_size
+                   else len(os.listdir(self._fd_dir)))
             h.write(AGENT.schema.pack(
                 os.getpid(), s["uptime_ns"], int(t.user * 1e9), int(t.system * 1e9), rss,
                 fds, threads, s["events_written"], s["ebadf_races"], s["write_errors"],
@@ -46,15 +62,16 @@ class AgentSelf(Sampler):
         h = self.handles[AGENT_SAMPLER.schema.name]
         schema = AGENT_SAMPLER.schema
         enabled = bool(h.word.value)
+        pack, write = schema.pack, h.write
         for st in self.ctx.sampler_states():
             # Close every interval even when unwatched, so the first record after a
             # consumer arrives covers one interval, not the agent's whole life.
-            counts, _reset = st.cost_us.interval()  # type: ignore[attr-defined]
+            index, count = st.cost_us.interval_sparse()  # type: ignore[attr-defined]
             if not enabled:
                 continue
             scalars = (STATUS_CODES[st.status], st.refreshes, st.errors)  # type: ignore[attr-defined]
-            for rec in histogram_records(schema, (st.name,), scalars, counts):  # type: ignore[attr-defined]
-                h.write(schema.pack(*rec))
+            for rec in sparse_histogram_records(schema, (st.name,), scalars, index, count):  # type: ignore[attr-defined]
+                write(pack(*rec))
 
     def close(self) -> None:
         self._statm.close()

@@ -21,6 +21,9 @@ Both need root, CAP_PERFMON (CAP_SYS_ADMIN before Linux 5.8) or
 ``kernel.perf_event_paranoid`` <= 0 (per-CPU events).
 
 Events: ``rezolus_perf_software`` (+ ``_dist``), ``rezolus_perf_hardware`` (+ ``_dist``).
+Cost of the software ``read()`` (CPU time, 2-vCPU Linux 6.18 VM, 2 CPUs, 6 reads): 17-19 us
+back to back, ~68 us right after the agent's 100 ms sleep; reading another CPU's counter
+is an IPI to it (smp_call_function_single), 1% of the agent's samples under perf.
 """
 
 from __future__ import annotations

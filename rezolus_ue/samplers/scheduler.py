@@ -4,7 +4,8 @@ Sources:
 
 * ``/proc/stat`` lines ``ctxt`` (context switches since boot), ``processes`` (forks since
   boot), ``procs_running`` and ``procs_blocked`` (Linux >= 2.5.45; older kernels read 0).
-  A missing ``/proc/stat`` makes the sampler unavailable.
+  A missing ``/proc/stat`` makes the sampler unavailable. The file is opened shared with
+  the cpu_usage sampler: in one agent tick the kernel formats it once for both.
 * ``/proc/schedstat`` (``CONFIG_SCHEDSTATS``): ``version N``, ``timestamp``, then per
   online CPU ``cpuN`` with 9 numbers, each followed by its ``domainN`` lines (ignored).
   Per Documentation/scheduler/sched-stats.rst the 7th, 8th and 9th numbers are the time
@@ -17,6 +18,8 @@ Sources:
   ``rezolus_scheduler_cpu`` is not published and ``detail`` says why.
 
 Events: ``rezolus_scheduler`` (+ ``_dist``), ``rezolus_scheduler_cpu`` (+ ``_dist``).
+Cost of ``read()`` (CPU time, 2-vCPU Linux 6.18 VM without schedstats): 13-17 us back to
+back, 70-76 us right after the agent's 100 ms sleep when it reads /proc/stat itself.
 """
 
 from __future__ import annotations
@@ -26,11 +29,11 @@ from collections.abc import Mapping, Sequence
 from ..errors import RezolusError, SamplerUnavailable
 from ..metrics.catalog import SCHEDULER, SCHEDULER_CPU
 from ..metrics.family import Family
-from ..procfs import KeptOpen
+from ..procfs import KeptOpen, shared
 from .base import FamilySampler
 
-#: /proc/stat keys, in SCHEDULER's scalar order.
-_STAT_KEYS = {b"ctxt": 0, b"processes": 1, b"procs_running": 2, b"procs_blocked": 3}
+#: /proc/stat lines, in SCHEDULER's scalar order.
+_STAT_NEEDLES = (b"\nctxt ", b"\nprocesses ", b"\nprocs_running ", b"\nprocs_blocked ")
 #: schedstat versions whose cpu lines we know, and the newest of them.
 KNOWN_VERSIONS = (15, 16, 17)
 #: Positions of running_ns, waiting_ns, timeslices among the split words of a cpu line
@@ -41,17 +44,19 @@ _RUN, _WAIT, _SLICES = 7, 8, 9
 def parse_stat_scheduler(data: bytes) -> tuple[int, int, int, int]:
     """Return (context_switches, forks, procs_running, procs_blocked) of /proc/stat."""
     out = [0, 0, 0, 0]
-    # These lines follow the cpuN lines and the long intr line: start after intr.
+    # These lines follow the cpuN lines and the long intr line: look after intr.
     at = data.find(b"\nintr ")
-    start = data.find(b"\n", at + 1) + 1 if at >= 0 else 0
-    for line in data[start:].split(b"\n"):
-        key, _, value = line.partition(b" ")
-        j = _STAT_KEYS.get(key)
-        if j is not None:
-            try:
-                out[j] = int(value)
-            except ValueError:
-                continue
+    buf = b"\n" + (data[data.find(b"\n", at + 1) + 1:] if at >= 0 else data)
+    for j, needle in enumerate(_STAT_NEEDLES):
+        i = buf.find(needle)
+        if i < 0:
+            continue
+        i += len(needle)
+        e = buf.find(b"\n", i)
+        try:
+            out[j] = int(buf[i:e] if e >= 0 else buf[i:])
+        except ValueError:
+            continue
     return out[0], out[1], out[2], out[3]
 
 
@@ -90,9 +95,12 @@ class Scheduler(FamilySampler):
     def start(self) -> None:
         procfs = self.ctx.roots.procfs
         try:
-            self._stat = KeptOpen(procfs / "stat")
+            # Shared with the cpu_usage sampler: one read of /proc/stat per agent tick.
+            self._stat = shared(procfs / "stat")
         except (OSError, RezolusError) as e:
             raise SamplerUnavailable(self.name, str(e)) from None
+        #: The agent tick's time stamp while sample() runs, for the shared /proc/stat.
+        self._now: int | None = None
         self._schedstat: KeptOpen | None = None
         try:
             f = KeptOpen(procfs / "schedstat")
@@ -115,10 +123,17 @@ class Scheduler(FamilySampler):
                            f" {KNOWN_VERSIONS[-1]}")
         self._schedstat = f
 
+    def sample(self, t_ns: int, full: bool = True) -> None:
+        self._now = t_ns
+        try:
+            super().sample(t_ns, full)
+        finally:
+            self._now = None
+
     def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
         out: dict[Family, Mapping[tuple, Sequence[int]]] = {}
         if self.family_wanted(SCHEDULER):
-            out[SCHEDULER] = {(): parse_stat_scheduler(self._stat.read())}
+            out[SCHEDULER] = {(): parse_stat_scheduler(self._stat.read_at(self._now))}
         if self._schedstat is not None and self.family_wanted(SCHEDULER_CPU):
             out[SCHEDULER_CPU] = {(cpu,): values
                                   for cpu, *values in parse_schedstat(self._schedstat.read())}

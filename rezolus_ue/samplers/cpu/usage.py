@@ -2,19 +2,23 @@
 
 Sources: ``/proc/stat`` lines ``cpuN user nice system idle iowait irq softirq steal ...``
 (USER_HZ ticks; ``steal`` since Linux 2.6.11; older formats with fewer columns read as 0);
-``/sys/devices/system/cpu/online``.
+``/sys/devices/system/cpu/online``. ``/proc/stat`` is opened shared with the scheduler
+sampler: in one agent tick the kernel formats it once for both (``procfs.shared``).
 Events: ``rezolus_cpu_usage`` (+ ``_dist``: busy_ppm per sample), ``rezolus_cpu_cores``.
+Cost of ``read()`` of both families (CPU time, 2-vCPU Linux 6.18 VM, 2 CPUs): 24-30 us back
+to back, 140-160 us right after the agent's 100 ms sleep (cold caches).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from operator import sub
 
 from ...metrics.catalog import CPU_CORES, CPU_USAGE
 from ...metrics.family import Family
 from ...perf_event import parse_cpu_list
-from ...procfs import KeptOpen
+from ...procfs import KeptOpen, shared
 from ..base import FamilySampler
 
 #: Columns of a cpuN line we publish, in catalog order.
@@ -22,21 +26,25 @@ _COLUMNS = 8
 _IDLE, _IOWAIT = 3, 4
 
 
-def parse_proc_stat_cpus(text: str, tick_ns: int) -> list[tuple[int, ...]]:
-    """Return (cpu, user_ns, ..., steal_ns) per ``cpuN`` line of /proc/stat text."""
-    rows = []
+def parse_proc_stat_cpus(text: bytes | str, tick_ns: int) -> list[tuple[int, ...]]:
+    """Return (cpu, user_ns, ..., steal_ns) per ``cpuN`` line of /proc/stat."""
+    data = text.encode() if isinstance(text, str) else text
     # The cpuN lines come first; stop before the long "intr" line rather than split it.
-    for line in text.split("\nintr", 1)[0].splitlines():
-        if not line.startswith("cpu") or line.startswith("cpu "):
+    end = data.find(b"\nintr")
+    scale = tick_ns.__mul__
+    rows = []
+    for line in (data if end < 0 else data[:end]).split(b"\n"):
+        if line[:3] != b"cpu" or line[3:4] == b" ":  # not a cpu line, or the aggregate
             continue
-        parts = line.split()
+        parts = line.split(None, _COLUMNS + 1)[: _COLUMNS + 1]
         try:
             cpu = int(parts[0][3:])
-            ticks = [int(v) for v in parts[1 : 1 + _COLUMNS]]
+            ticks = tuple(map(scale, map(int, parts[1:])))  # C-level loops, no frames
         except ValueError:
             continue
-        ticks += [0] * (_COLUMNS - len(ticks))
-        rows.append((cpu, *(t * tick_ns for t in ticks)))
+        if len(ticks) < _COLUMNS:
+            ticks += (0,) * (_COLUMNS - len(ticks))
+        rows.append((cpu, *ticks))
     return rows
 
 
@@ -45,7 +53,9 @@ def busy_ppm(now: Sequence[int], before: Sequence[int] | None) -> int:
     if before is None:
         d = list(now)
     else:
-        d = [a - b for a, b in zip(now, before, strict=True)]
+        if len(now) != len(before):
+            raise ValueError("rows of different lengths")
+        d = list(map(sub, now, before))
         if min(d) < 0:  # counters went back (CPU hotplug reset): no period to judge
             return 0
     total = sum(d)
@@ -61,7 +71,8 @@ class CpuUsage(FamilySampler):
     families = (CPU_USAGE, CPU_CORES)
 
     def start(self) -> None:
-        self._stat = KeptOpen(self.ctx.roots.procfs / "stat")
+        # Shared with the scheduler sampler: one read of /proc/stat per agent tick.
+        self._stat = shared(self.ctx.roots.procfs / "stat")
         try:
             self._online = KeptOpen(self.ctx.roots.sysfs / "devices/system/cpu/online")
         except BaseException:
@@ -69,14 +80,25 @@ class CpuUsage(FamilySampler):
             raise
         self._tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
         self._prev: dict[int, tuple[int, ...]] = {}
+        #: The agent tick's time stamp while sample() runs, for the shared /proc/stat.
+        self._now: int | None = None
+
+    def sample(self, t_ns: int, full: bool = True) -> None:
+        self._now = t_ns
+        try:
+            super().sample(t_ns, full)
+        finally:
+            self._now = None
 
     def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
         out: dict[Family, Mapping[tuple, Sequence[int]]] = {}
         if self.family_wanted(CPU_USAGE):
             rows = {}
-            for cpu, *times in parse_proc_stat_cpus(self._stat.read_text(), self._tick_ns):
-                rows[(cpu,)] = (*times, busy_ppm(times, self._prev.get(cpu)))
-                self._prev[cpu] = tuple(times)
+            prev = self._prev
+            for row in parse_proc_stat_cpus(self._stat.read_at(self._now), self._tick_ns):
+                cpu, times = row[0], row[1:]
+                rows[(cpu,)] = (*times, busy_ppm(times, prev.get(cpu)))
+                prev[cpu] = times
             out[CPU_USAGE] = rows
         if self.family_wanted(CPU_CORES):
             out[CPU_CORES] = {(): (len(parse_cpu_list(self._online.read_text())),)}
