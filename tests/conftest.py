@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 IN_VM = os.environ.get("REZOLUS_UE_IN_VM") == "1"
 KERNEL_IMAGE = os.environ.get("REZOLUS_UE_TEST_KERNEL", "")
 REQUIRE_KERNEL = os.environ.get("REZOLUS_UE_REQUIRE_KERNEL_TESTS") == "1"
-VM_TIMEOUT_S = int(os.environ.get("REZOLUS_UE_VM_TIMEOUT", "1200"))
+VM_TIMEOUT_S = int(os.environ.get("REZOLUS_UE_VM_TIMEOUT", "1800"))
 #: The guest's script, report and logs; set it per run to boot two VMs side by side.
 VM_DIR = Path(os.environ.get("REZOLUS_UE_VMTEST_DIR") or ROOT / ".vmtest").resolve()
 

@@ -28,6 +28,7 @@ import logging
 import mmap
 import os
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,6 +123,10 @@ _SIGNATURES: tuple[tuple, ...] = (
     ("bpf_map__set_initial_value", ctypes.c_int, _P, _P, ctypes.c_size_t),
     ("bpf_map__initial_value", _P, _P, ctypes.POINTER(ctypes.c_size_t)),
     ("bpf_obj_get_info_by_fd", ctypes.c_int, ctypes.c_int, _P, ctypes.POINTER(ctypes.c_uint32)),
+    ("bpf_prog_get_next_id", ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32)),
+    ("bpf_prog_get_fd_by_id", ctypes.c_int, ctypes.c_uint32),
+    ("bpf_link_get_next_id", ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32)),
+    ("bpf_link_get_fd_by_id", ctypes.c_int, ctypes.c_uint32),
     ("bpf_prog_test_run_opts", ctypes.c_int, ctypes.c_int, _P),
     ("btf__load_vmlinux_btf", _P),
     ("btf__parse", _P, ctypes.c_char_p, _P),
@@ -233,6 +238,44 @@ def _obj_info_ids(fd: int) -> tuple[int, int, int]:
     if ret < 0:
         raise translate("bpf_obj_get_info_by_fd", _err(ret))
     return buf[0], buf[1], buf[2]
+
+
+def _each_id(next_id: str, fd_by_id: str) -> Iterator[int]:
+    """Yield an fd for every BPF object of one kind in the kernel (closed after use)."""
+    L = lib()
+    cur, nxt = 0, ctypes.c_uint32()
+    while getattr(L, next_id)(cur, ctypes.byref(nxt)) == 0:
+        cur = nxt.value
+        fd = getattr(L, fd_by_id)(cur)
+        if fd < 0:
+            continue  # gone meanwhile
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+
+def loaded_programs() -> dict[int, str]:
+    """Return id -> name of every BPF program in the kernel (what ``bpftool prog show``
+    lists; names are the kernel's 15 characters). Needs CAP_SYS_ADMIN."""
+    out = {}
+    for fd in _each_id("bpf_prog_get_next_id", "bpf_prog_get_fd_by_id"):
+        info = (ctypes.c_uint8 * 80)()  # struct bpf_prog_info up to name[16] at offset 64
+        n = ctypes.c_uint32(ctypes.sizeof(info))
+        if lib().bpf_obj_get_info_by_fd(fd, info, ctypes.byref(n)) == 0:
+            pid = int.from_bytes(bytes(info[4:8]), sys.byteorder)
+            out[pid] = bytes(info[64:80]).split(b"\0", 1)[0].decode(errors="replace")
+    return out
+
+
+def link_programs() -> dict[int, int]:
+    """Return link id -> program id of every BPF link in the kernel."""
+    out = {}
+    for fd in _each_id("bpf_link_get_next_id", "bpf_link_get_fd_by_id"):
+        with contextlib.suppress(RezolusError):
+            _type, link_id, prog_id = _obj_info_ids(fd)
+            out[link_id] = prog_id
+    return out
 
 
 # --- BTF -----------------------------------------------------------------------------
