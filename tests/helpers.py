@@ -146,3 +146,20 @@ def median_read_us(s: Sampler, n: int = 1000) -> float:
         times.append(time.perf_counter_ns() - t0)
     times.sort()
     return times[len(times) // 2] / 1000
+
+
+def require_bpf_object(name: str) -> None:
+    """Build bpf/<name>.bpf.c for a host BPF test, or skip it: needs root and kernel BTF."""
+    import pytest
+
+    from rezolus_ue.bpf import build
+    from rezolus_ue.errors import RezolusError
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    if not build.VMLINUX_BTF.exists():
+        pytest.skip("needs kernel BTF (/sys/kernel/btf/vmlinux)")
+    try:
+        build.build([name])
+    except RezolusError as e:
+        pytest.skip(f"cannot build {name}.bpf.c: {e}")

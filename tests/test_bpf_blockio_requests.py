@@ -21,11 +21,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import FakeHandle, decoded, start_sampler
+from helpers import FakeHandle, decoded, require_bpf_object, start_sampler
 
-from rezolus_ue.bpf import build
 from rezolus_ue.encoding import EventSchema
-from rezolus_ue.errors import RezolusError
 from rezolus_ue.metrics import h2
 from rezolus_ue.metrics.catalog import (
     BLOCKIO_ERROR_KINDS,
@@ -123,14 +121,7 @@ def check_published(handles: Mapping[str, FakeHandle], n: int) -> None:
 
 @pytest.fixture(scope="module")
 def built() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
-    if not build.VMLINUX_BTF.exists():
-        pytest.skip("needs kernel BTF (/sys/kernel/btf/vmlinux)")
-    try:
-        build.build(["blockio_requests"])
-    except RezolusError as e:
-        pytest.skip(f"cannot build blockio_requests.bpf.c: {e}")
+    require_bpf_object("blockio_requests")
 
 
 @contextlib.contextmanager

@@ -18,10 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import decoded, start_sampler
+from helpers import decoded, require_bpf_object, start_sampler
 from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
 
-from rezolus_ue.bpf import build
 from rezolus_ue.errors import RezolusError
 from rezolus_ue.metrics import h2
 from rezolus_ue.metrics.catalog import CGROUP_RUNQUEUE_LATENCY, CGROUP_SCHEDULER
@@ -49,19 +48,11 @@ for _ in range(20):
 
 @pytest.fixture(scope="module")
 def root() -> Path:
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
-    if not build.VMLINUX_BTF.exists():
-        pytest.skip("needs kernel BTF (/sys/kernel/btf/vmlinux)")
+    require_bpf_object("cgroup_scheduler")
     try:
-        path = cgroup2_root(Path("/proc"))
+        return cgroup2_root(Path("/proc"))
     except RezolusError as e:
         pytest.skip(str(e))
-    try:
-        build.build(["cgroup_scheduler"])
-    except RezolusError as e:
-        pytest.skip(f"cannot build cgroup_scheduler.bpf.c: {e}")
-    return path
 
 
 @contextlib.contextmanager

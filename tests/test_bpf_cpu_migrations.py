@@ -11,12 +11,10 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from helpers import decoded, start_sampler
+from helpers import decoded, require_bpf_object, start_sampler
 from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
 
-from rezolus_ue.bpf import build
 from rezolus_ue.bpf.libbpf import num_possible_cpus
-from rezolus_ue.errors import RezolusError
 from rezolus_ue.metrics.catalog import CPU_MIGRATIONS
 from rezolus_ue.samplers.cpu.migrations import MIGRATIONS_DTYPE, CpuMigrations
 
@@ -27,16 +25,9 @@ FLIPS = 200
 
 @pytest.fixture(scope="module", autouse=True)
 def built() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
-    if not build.VMLINUX_BTF.exists():
-        pytest.skip("needs kernel BTF (/sys/kernel/btf/vmlinux)")
     if not {0, 1} <= os.sched_getaffinity(0):
         pytest.skip("needs CPUs 0 and 1")
-    try:
-        build.build(["cpu_migrations"])
-    except RezolusError as e:
-        pytest.skip(f"cannot build cpu_migrations.bpf.c: {e}")
+    require_bpf_object("cpu_migrations")
 
 
 @pytest.fixture

@@ -8,16 +8,13 @@ drop reason names parsed from kfree_skb's format.
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 import time
 
 import pytest
-from helpers import FakeHandle, decoded, start_sampler
+from helpers import FakeHandle, decoded, require_bpf_object, start_sampler
 
-from rezolus_ue.bpf import build
-from rezolus_ue.errors import RezolusError
 from rezolus_ue.metrics.catalog import NETWORK_DROPS, NETWORK_TRAFFIC
 from rezolus_ue.samplers.network_traffic import (
     DROP_REASONS,
@@ -57,21 +54,9 @@ def loopback_transfer(nbytes: int, chunk: int = 1 << 16) -> int:
     return nbytes
 
 
-def built(name: str) -> None:
-    """Build bpf/<name>.bpf.c, or skip: needs root and kernel BTF."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
-    if not build.VMLINUX_BTF.exists():
-        pytest.skip("needs kernel BTF (/sys/kernel/btf/vmlinux)")
-    try:
-        build.build([name])
-    except RezolusError as e:
-        pytest.skip(f"cannot build {name}.bpf.c: {e}")
-
-
 @pytest.fixture
 def bpf_built() -> None:
-    built("network_traffic")
+    require_bpf_object("network_traffic")
 
 
 def totals(handles: dict[str, FakeHandle]) -> dict[str, object]:

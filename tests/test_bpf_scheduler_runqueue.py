@@ -15,10 +15,9 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from helpers import decoded, start_sampler
+from helpers import decoded, require_bpf_object, start_sampler
 from test_bpf_loader import PREFIX, attached_prog_ids, eventually, loaded_progs
 
-from rezolus_ue.bpf import build
 from rezolus_ue.errors import RezolusError
 from rezolus_ue.metrics import h2
 from rezolus_ue.metrics.catalog import (
@@ -36,14 +35,7 @@ HISTOGRAMS = (SCHEDULER_RUNQUEUE_LATENCY, SCHEDULER_RUNNING, SCHEDULER_OFFCPU)
 
 @pytest.fixture(scope="module", autouse=True)
 def built() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
-    if not build.VMLINUX_BTF.exists():
-        pytest.skip("needs kernel BTF (/sys/kernel/btf/vmlinux)")
-    try:
-        build.build(["scheduler_runqueue"])
-    except RezolusError as e:
-        pytest.skip(f"cannot build scheduler_runqueue.bpf.c: {e}")
+    require_bpf_object("scheduler_runqueue")
 
 
 @contextlib.contextmanager

@@ -13,12 +13,10 @@ import threading
 import time
 
 import pytest
-from helpers import decoded, start_sampler
+from helpers import decoded, require_bpf_object, start_sampler
 from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
 
-from rezolus_ue.bpf import build
 from rezolus_ue.bpf.libbpf import num_possible_cpus
-from rezolus_ue.errors import RezolusError
 from rezolus_ue.metrics import h2
 from rezolus_ue.metrics.catalog import SOFTIRQ_DURATION, SOFTIRQ_KINDS, SOFTIRQ_TIME
 from rezolus_ue.samplers.cpu.softirq_time import TIMES_DTYPE, CpuSoftirqTime
@@ -30,14 +28,7 @@ NET_RX = SOFTIRQ_KINDS.index("net_rx")
 
 @pytest.fixture(scope="module", autouse=True)
 def built() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
-    if not build.VMLINUX_BTF.exists():
-        pytest.skip("needs kernel BTF (/sys/kernel/btf/vmlinux)")
-    try:
-        build.build(["softirq_time"])
-    except RezolusError as e:
-        pytest.skip(f"cannot build softirq_time.bpf.c: {e}")
+    require_bpf_object("softirq_time")
 
 
 def loopback_traffic(nbytes: int = 32 << 20) -> None:

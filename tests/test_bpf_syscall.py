@@ -13,18 +13,16 @@ outnumbering any other 8-12 ms sleeps on the machine.
 from __future__ import annotations
 
 import ctypes
-import os
 import platform
 import threading
 
 import numpy as np
 import pytest
-from helpers import FakeHandle, decoded, start_sampler
+from helpers import FakeHandle, decoded, require_bpf_object, start_sampler
 from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
 
 from rezolus_ue.bpf import build
 from rezolus_ue.bpf.libbpf import num_possible_cpus
-from rezolus_ue.errors import RezolusError
 from rezolus_ue.metrics import h2
 from rezolus_ue.metrics.catalog import SYSCALL, SYSCALL_LATENCY
 from rezolus_ue.samplers.syscall import Syscall, table
@@ -44,16 +42,9 @@ class _Timespec(ctypes.Structure):
 
 @pytest.fixture(scope="module", autouse=True)
 def built() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
-    if not build.VMLINUX_BTF.exists():
-        pytest.skip("needs kernel BTF (/sys/kernel/btf/vmlinux)")
     if table.arch_of(platform.machine()) is None:
         pytest.skip(f"no syscall table for {platform.machine()}")
-    try:
-        build.build(["syscall"])
-    except RezolusError as e:
-        pytest.skip(f"cannot build syscall.bpf.c: {e}")
+    require_bpf_object("syscall")
 
 
 def _number(name: str) -> int:

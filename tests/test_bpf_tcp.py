@@ -10,8 +10,8 @@ tcp_traffic, whose function hooks this host cannot attach, is unavailable saying
 from __future__ import annotations
 
 import pytest
-from helpers import decoded, new_sampler, start_sampler
-from test_bpf_network_traffic import K, built, loopback_transfer
+from helpers import decoded, new_sampler, require_bpf_object, start_sampler
+from test_bpf_network_traffic import K, loopback_transfer
 
 from rezolus_ue.bpf.loader import Features
 from rezolus_ue.errors import SamplerUnavailable
@@ -31,7 +31,7 @@ HISTOGRAMS = (TCP_PACKET_LATENCY, TCP_SRTT, TCP_JITTER, TCP_CONNECT_LATENCY)
 
 @pytest.fixture
 def bpf_built() -> None:
-    built("tcp")
+    require_bpf_object("tcp")
 
 
 @pytest.mark.host

@@ -9,8 +9,8 @@ tcp_retransmit_skb err).
 from __future__ import annotations
 
 import pytest
-from helpers import decoded, start_sampler
-from test_bpf_network_traffic import built, loopback_transfer
+from helpers import decoded, require_bpf_object, start_sampler
+from test_bpf_network_traffic import loopback_transfer
 
 from rezolus_ue.bpf.loader import Features
 from rezolus_ue.metrics.catalog import NETWORK_TRAFFIC, TCP_CONNECT_LATENCY, TCP_TRAFFIC
@@ -29,7 +29,7 @@ PROGRAMS = {"fentry": {"tt_fexit_send", "tt_fentry_recv"},
 
 @pytest.mark.parametrize("attach", ["kprobe", "fentry"])
 def test_loopback_transfer_counts_bytes_both_ways(attach: str) -> None:
-    built("tcp_traffic")
+    require_bpf_object("tcp_traffic")
     f = Features()
     if not (f.kprobes() if attach == "kprobe" else f.trampolines()):
         pytest.skip(f"this kernel cannot attach {attach}")
@@ -51,8 +51,8 @@ def test_loopback_transfer_counts_bytes_both_ways(attach: str) -> None:
 
 
 def test_tracepoint_samplers_on_this_kernel() -> None:
-    built("tcp")
-    built("network_traffic")
+    require_bpf_object("tcp")
+    require_bpf_object("network_traffic")
     tcp, tcp_handles = start_sampler(Tcp)
     net, net_handles = start_sampler(NetworkTraffic)
     try:
