@@ -85,14 +85,18 @@ def cpu_seconds(pid: int | None = None) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def build_agent(names: tuple[str, ...] | None,
-                dist: bool = True) -> tuple[Agent, dict[str, str]]:
+def build_agent(names: tuple[str, ...] | None, dist: bool = True,
+                overrides: dict[str, dict[str, object]] | None = None,
+                ) -> tuple[Agent, dict[str, str]]:
     """Return an agent with every available sampler bound to null handles.
 
     ``dist=False`` leaves the *_dist events disabled (what node_exporter offers has no
     distributions, so the comparison with it enables only the plain events).
+    ``overrides`` sets sampler options over the defaults: {sampler: {option: value}}.
     """
     conf = config.defaults(options())
+    for name, opts in (overrides or {}).items():
+        conf.samplers[name].update(opts)
     agent = Agent(conf, Path("/nonexistent"))
     skipped = {}
     for name, cls in REGISTRY.items():

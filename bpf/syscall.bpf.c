@@ -5,7 +5,8 @@
  *
  * Hooks, each in three variants of which user space loads one, chosen by probing the
  * kernel: tp_btf (sc_btf_*) > raw_tp (sc_raw_*) > tracepoint (sc_tp_*):
- *   raw_syscalls/sys_enter  count the call in its family; remember when and which family,
+ *   raw_syscalls/sys_enter  count the call in its family; if it is to be timed (all, or a
+ *                           random 1 in latency_sample), remember when and which family,
  *                           in the thread's task storage
  *   raw_syscalls/sys_exit   the thread's syscall returned: record enter-to-exit latency
  *
@@ -38,6 +39,13 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* Family code of each syscall number; written by user space before load. */
 const volatile __u8 syscall_family[SYSCALL_MAX_ID] = {};
+/*
+ * Time a call only if a random u32 is below this (option latency_sample = n: 2^32 / n);
+ * 0 times every call. Every call is counted either way. A call left untimed costs the
+ * count and one random number at entry and a task storage lookup that finds nothing at
+ * exit: no clock read, no storage created.
+ */
+const volatile __u32 latency_sample_below = 0;
 
 struct inflight {
 	__u64 enter_ns;	/* 0: no syscall of this thread being timed */
@@ -71,6 +79,8 @@ static __always_inline void on_enter(long id)
 	 * plain increment is no cheaper here, the line being this CPU's.) */
 	if (c)
 		__sync_fetch_and_add(&c->calls[family], 1);
+	if (latency_sample_below && bpf_get_prandom_u32() >= latency_sample_below)
+		return;
 	t = bpf_task_storage_get(&inflight, bpf_get_current_task_btf(), 0,
 				 BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)

@@ -213,6 +213,7 @@ class Agent:
         Return True when some sampler is oversampling (wants the next sample_interval).
         """
         oversampling = False
+        clock = time.perf_counter_ns
         for st in self.states.values():
             sampler = st.sampler
             if sampler is None:
@@ -245,7 +246,7 @@ class Agent:
             oversampling |= dist
             if not (dist or publishing):
                 continue
-            t0 = time.perf_counter_ns()
+            t0 = clock()
             try:
                 sampler.sample(now_ns, publishing)
                 if publishing:
@@ -256,9 +257,12 @@ class Agent:
                 if st.errors == 1 or st.errors % 100 == 0:
                     log.error("sampler %s failed (%d times): %s", st.name, st.errors, e)
             st.refreshes += 1
-            st.cost_us.record((time.perf_counter_ns() - t0) // 1000)
+            st.cost_us.record((clock() - t0) // 1000)
             st.reason = sampler.detail  # samplers update it as they learn (e.g. cgroup)
-        self._write_status()
+        if publishing or not self._status_key:
+            # Status changes between publish ticks reach status.json at the next one (at
+            # most publish_interval late): no per-tick tuple of every sampler's status.
+            self._write_status()
         return oversampling
 
     def _make_unavailable(self, st: SamplerState, e: RezolusError) -> None:

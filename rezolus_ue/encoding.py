@@ -151,6 +151,21 @@ def _make_packer(schema: EventSchema) -> Callable[..., bytes]:
     chars = [i for i, f in enumerate(schema.fields) if f.type.text and not f.type.dynamic]
     if not dyn and not chars:
         return fixed.pack
+    if not dyn:  # char[N] text only (every _dist event): no tail to build
+        fixed_pack = fixed.pack
+
+        def pack_chars(*values: object) -> bytes:
+            for i in chars:
+                if isinstance(values[i], str):
+                    vals = list(values)
+                    for j in chars:
+                        v = vals[j]
+                        if isinstance(v, str):
+                            vals[j] = v.encode()
+                    return fixed_pack(*vals)
+            return fixed_pack(*values)
+
+        return pack_chars
     # Offset of the end of each dynamic field's 4-byte loc word, for the relative offsets.
     ends: list[int] = []
     pos = 0

@@ -164,7 +164,7 @@ def drop_after_start(procfs: Path = Path("/proc"), user: str | None = None) -> N
         dropped = drop_to(RUNTIME_CAPS, procfs, user)
     except KeyError:
         raise RezolusError(f"--user {user}: no such user (create it, e.g. with"
-                           " `rezolus-ue install-service --create-user`)") from None
+                           " `rezolus-ue install-service`, which runs systemd-sysusers)") from None
     except OSError as e:
         if user is not None:
             raise RezolusError(f"cannot become user {user}: {e.strerror}") from None

@@ -3,9 +3,10 @@
 Copies ``packaging/systemd/*.service`` into ``/etc/systemd/system`` with ``ExecStart=``
 pointing at this installation's program, creates ``/etc/rezolus-ue/config.toml`` (every
 option at its default, mode 0644) unless it exists, installs the man pages under
-``/usr/local/share/man`` and, with ``--create-user``, the ``rezolus-ue`` user and
-``tracing`` group through systemd-sysusers. It prints the ``systemctl`` commands to run and
-runs them only with ``--now``. ``--root`` installs into another tree (tests, images).
+``/usr/local/share/man`` and creates the ``rezolus-ue`` user the agent runs as (and the
+``tracing`` group) through systemd-sysusers, unless ``--no-create-user``. It prints the
+``systemctl`` commands to run and runs them only with ``--now``. ``--root`` installs into
+another tree (tests, images).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ UNITS_DIR = TREE / "packaging" / "systemd"
 SYSUSERS = TREE / "packaging" / "sysusers.d" / "rezolus-ue.conf"
 MAN_PAGES = {TREE / "man" / "rezolus-ue.8": "man8", TREE / "man" / "rezolus-ue.toml.5": "man5"}
 AGENT_UNIT, EXPORTER_UNIT = "rezolus-ue.service", "rezolus-ue-exporter.service"
+#: The user the agent's unit runs as (``run --user``), from packaging/sysusers.d.
+USER = "rezolus-ue"
+USERADD = ("`groupadd --system tracing && useradd --system --no-create-home --shell"
+           f" /usr/sbin/nologin --groups tracing {USER}`")
 #: The program path the unit templates name; replaced by the installed one.
 TEMPLATE_PROGRAM = "/opt/rezolus-ue/.venv/bin/rezolus-ue"
 #: Where ProtectHome=yes hides everything from the services.
@@ -111,7 +116,7 @@ def _check_existing_config(path: Path) -> list[str]:
 
 
 def install(root: Path, program: str, *, exporter: bool = True,
-            create_user: bool = False) -> list[str]:
+            create_user: bool = True) -> list[str]:
     """Install into the tree ``root``; return one line per thing done."""
     done: list[str] = []
     if not UNITS_DIR.is_dir():
@@ -140,7 +145,19 @@ def install(root: Path, program: str, *, exporter: bool = True,
             done.append(f"{_write(dest, page.read_text())} {dest}")
     if create_user:
         done += _create_user(root)
+    elif not _user_exists(root, USER):
+        raise RezolusError(f"user {USER} does not exist in {root / 'etc/passwd'}, and the"
+                           " agent's unit runs as it: drop --no-create-user, or create it"
+                           f" ({USERADD})")
     return done
+
+
+def _user_exists(root: Path, user: str) -> bool:
+    try:
+        text = (root / "etc/passwd").read_text()
+    except OSError:
+        return False
+    return any(line.split(":", 1)[0] == user for line in text.splitlines())
 
 
 def _create_user(root: Path) -> list[str]:
@@ -148,15 +165,14 @@ def _create_user(root: Path) -> list[str]:
     done = [f"{_write(dest, SYSUSERS.read_text())} {dest}"]
     tool = shutil.which("systemd-sysusers")
     if tool is None:
-        raise RezolusError("systemd-sysusers is not installed: create the user by hand with"
-                           " `groupadd --system tracing && useradd --system --no-create-home"
-                           " --shell /usr/sbin/nologin --groups tracing rezolus-ue`")
+        raise RezolusError("systemd-sysusers is not installed: create the user by hand"
+                           f" ({USERADD}) and pass --no-create-user")
     cmd = [tool, *([f"--root={root}"] if root != Path("/") else []), str(dest)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     if p.returncode != 0:
         raise RezolusError(f"{' '.join(cmd)} failed: {(p.stderr or p.stdout).strip()}")
-    done.append("user rezolus-ue and group tracing present (systemd-sysusers); the units"
-                " still run as root until the agent supports User= (docs/security.md)")
+    done.append(f"user {USER} and group tracing present (systemd-sysusers): the agent"
+                f" runs as {USER} after start-up (docs/security.md)")
     return done
 
 
@@ -223,9 +239,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    f" {default_program()})")
     p.add_argument("--no-exporter", action="store_true",
                    help=f"install only {AGENT_UNIT}, not {EXPORTER_UNIT}")
-    p.add_argument("--create-user", action="store_true",
-                   help="also create the rezolus-ue system user and the tracing group"
-                   " (systemd-sysusers)")
+    p.add_argument("--no-create-user", dest="create_user", action="store_false",
+                   help="do not create the rezolus-ue system user and the tracing group"
+                   " with systemd-sysusers (they must exist: the agent's unit runs as"
+                   " rezolus-ue)")
+    # Accepted for scripts written before it became the default.
+    p.add_argument("--create-user", dest="create_user", action="store_true",
+                   help=argparse.SUPPRESS)
     p.add_argument("--now", action="store_true",
                    help="also run systemctl daemon-reload and enable --now the services")
     p.set_defaults(func=_run)

@@ -2,7 +2,8 @@
 
 Known truth: 2000 nanosleep(10 ms) calls put the sleep family's p50 in the H2 bucket
 holding 10 ms; N getpid() calls (the raw syscall: glibc and Python may cache the pid) raise
-the query family's count by at least N. The records decode with the family schemas, and
+the query family's count by at least N, and with ``latency_sample = 16`` still count
+every call but time about N / 16 of them. The records decode with the family schemas, and
 the programs are in the kernel only while the sampler is active.
 
 The sampler is system-wide: other processes' syscalls are counted too, which is why the
@@ -133,6 +134,30 @@ def test_getpid_raises_the_query_count() -> None:
     assert all(after[op] >= before[op] for op in table.FAMILIES)
     rec, _counts = _latency(handles)["query"]
     assert rec["count"] >= n
+
+
+def test_latency_sample_times_one_call_in_n_and_counts_all() -> None:
+    n, every = 32000, 16
+    s, handles = start_sampler(Syscall, latency_sample=every)
+    try:
+        s.activate()
+        s.publish(0)
+        before = _calls(handles)
+        _clear(handles)
+        getpids(n)
+        s.publish(0)
+        after = _calls(handles)
+        s.deactivate()
+    finally:
+        s.close()
+    calls = after["query"] - before["query"]
+    assert calls >= n  # every call counted
+    rec, counts = _latency(handles)["query"]
+    # A random 1 in 16 of the interval's query calls (other processes' too) is timed:
+    # expected calls / 16 = 2000 or so, binomial sd ~45.
+    expected = calls / every
+    assert 0.8 * expected <= rec["count"] <= 1.2 * expected + 50, (rec["count"], calls)
+    assert int(counts.sum()) == rec["count"]
 
 
 def test_programs_loaded_only_while_active() -> None:

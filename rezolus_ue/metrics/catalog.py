@@ -369,7 +369,8 @@ SYSCALL = Family(
 SYSCALL_LATENCY = Family(
     "rezolus_syscall_latency", "syscall",
     "Syscall latency by family: from a thread's raw_syscalls:sys_enter to its sys_exit"
-    " (BPF). Only families with calls returning in the interval have a record.",
+    " (BPF), of every call or, with option latency_sample = N, of a random 1 in N."
+    " Only families with calls returning in the interval have a record.",
     (SYSCALL_OP,),
     (_ATTACHED, histogram("latency_ns", "ns", "time from syscall entry to return")),
 )

@@ -61,6 +61,8 @@ class Sampler(ABC):
         self.handles: dict[str, EventHandle] = {}
         self._words: list[ctypes.c_uint32] = []
         self._dist_words: list[ctypes.c_uint32] = []
+        self._family_words: list[tuple[Family, ctypes.c_uint32 | None,
+                                       ctypes.c_uint32 | None]] = []
         #: Extra status detail shown by `check` and `events` (e.g. a family unavailable).
         self.detail = ""
         #: The families to read during the current sample() call (None: outside one).
@@ -84,17 +86,33 @@ class Sampler(ABC):
         self._words = [h.word for h in self.handles.values()]
         self._dist_words = [self.handles[f.dist_schema.name].word for f in self.families
                             if f.dist_schema is not None and f.dist_schema.name in handles]
+        #: Per family: (family, its event's enable word, its _dist event's), None where
+        #: the event is not registered; read every tick, so built once here.
+        self._family_words = [
+            (f, self._word(f.schema), self._word(f.dist_schema)) for f in self.families]
+
+    def _word(self, schema: EventSchema | None) -> ctypes.c_uint32 | None:
+        h = self.handles.get(schema.name) if schema is not None else None
+        return h.word if h is not None else None
 
     @property
     def wanted(self) -> bool:
         """Return True while any consumer has any of this sampler's events enabled."""
-        # Checked for every sampler every tick: read the enable words directly.
-        return any(w.value for w in self._words)
+        # Checked for every sampler every tick: read the enable words directly, in a plain
+        # loop (any() over a generator costs a frame per call).
+        for w in self._words:  # noqa: SIM110 - see above
+            if w.value:
+                return True
+        return False
 
     @property
     def dist_wanted(self) -> bool:
         """Return True while a consumer has one of this sampler's _dist events enabled."""
-        return self.oversample and any(w.value for w in self._dist_words)
+        if self.oversample:
+            for w in self._dist_words:
+                if w.value:
+                    return True
+        return False
 
     def family_wanted(self, family: Family) -> bool:
         """Return True if ``family`` is to be read now.
@@ -166,11 +184,15 @@ class FamilySampler(Sampler):
         """Return one sample of every wanted family this sampler can read."""
 
     def sample(self, t_ns: int, full: bool = True) -> None:
-        dist = {f for f in self.families if self._enabled(f.dist_schema)}
-        if full:
-            self._reading = dist | {f for f in self.families if self._enabled(f.schema)}
-        else:
-            self._reading = dist
+        dist = set()
+        reading = set()
+        for f, word, dist_word in self._family_words:
+            if dist_word is not None and dist_word.value:
+                dist.add(f)
+                reading.add(f)
+            elif full and word is not None and word.value:
+                reading.add(f)
+        self._reading = reading
         try:
             rows_by_family = self.read() if self._reading else {}
         finally:

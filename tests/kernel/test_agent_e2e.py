@@ -32,10 +32,11 @@ ROOT = Path(__file__).resolve().parents[2]
 class AgentProcess:
     """A running `rezolus-ue run` with its stderr captured to a file."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, prefix: tuple[str, ...] = ()) -> None:
+        """Run ``rezolus-ue run ARGS`` (under ``prefix``, e.g. setpriv and its options)."""
         self.log = tempfile.NamedTemporaryFile("w+", prefix="agent-", suffix=".log")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rezolus_ue", "run", *args],
+            [*prefix, sys.executable, "-m", "rezolus_ue", "run", *args],
             cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
 
@@ -103,11 +104,68 @@ def _lines(text: str, event: str) -> list[str]:
     return [ln for ln in text.splitlines() if f"{event}:" in ln]
 
 
-def test_writes_nothing_until_a_consumer_enables(tracefs, instance):
-    a = AgentProcess("--config", str(without_bpf(Path(tempfile.mkdtemp()))),
-                     "--interval", "100ms")
+UNIT = ROOT / "packaging/systemd/rezolus-ue.service"
+
+
+def unit_setting(key: str) -> list[str]:
+    """Return the words of the agent unit's (last) ``key=`` line."""
+    values = [ln.split("=", 1)[1] for ln in UNIT.read_text().splitlines()
+              if ln.startswith(f"{key}=")]
+    assert values, f"no {key}= in {UNIT}"
+    return values[-1].split()
+
+
+def proc_status(pid: int) -> dict[str, str]:
+    text = Path(f"/proc/{pid}/status").read_text()
+    return dict(ln.split(":\t", 1) for ln in text.splitlines() if ":\t" in ln)
+
+
+def test_writes_nothing_until_a_consumer_enables_run_as_the_unit_runs_it(tracefs, instance):
+    """The write counter stays 0 until a consumer enables an event, then rises; and all of
+    it under the systemd unit's privileges.
+
+    virtme-ng's init is not systemd, so those are reproduced with setpriv(1): the bounding
+    set is the unit's ``CapabilityBoundingSet=``, nothing inheritable or ambient, and
+    no_new_privs (``NoNewPrivileges=yes``); the command is the unit's ``ExecStart=``
+    (``run --user``) as ``nobody`` (the unit's own user is made by install-service). The
+    agent must register its events as root's uid, become the user with exactly CAP_BPF +
+    CAP_PERFMON in effect and permitted, still write, and unregister on SIGTERM.
+    """
+    import pwd
+
+    from rezolus_ue import privilege
+
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv is not installed (Debian: util-linux)")
+    nobody = pwd.getpwnam("nobody")
+    bounding = unit_setting("CapabilityBoundingSet")
+    exec_start = unit_setting("ExecStart")
+    assert exec_start[1:3] == ["run", "--user"], exec_start
+    caps = ",".join("+" + c.removeprefix("CAP_").lower() for c in bounding)
+    prefix = (setpriv, f"--bounding-set=-all,{caps}", "--inh-caps=-all",
+              "--ambient-caps=-all", "--no-new-privs", "--")
+    a = AgentProcess("--user", "nobody", "--config",
+                     str(without_bpf(Path(tempfile.mkdtemp()))), "--interval", "100ms",
+                     prefix=prefix)
     try:
         a.wait_registered(tracefs)
+
+        def switched() -> dict[str, str] | None:
+            st = proc_status(a.proc.pid)
+            return st if st["Uid"].split()[0] == str(nobody.pw_uid) else None
+
+        st = wait_for(switched, timeout=60)
+        assert isinstance(st, dict)
+        want = sum(1 << privilege.CAPS[c] for c in privilege.RUNTIME_CAPS)
+        assert int(st["CapEff"], 16) == int(st["CapPrm"], 16) == want, st
+        assert int(st["CapInh"], 16) == int(st.get("CapAmb", "0"), 16) == 0, st
+        assert int(st["CapBnd"], 16) == sum(1 << privilege.CAPS[c] for c in bounding), st
+        assert st["NoNewPrivs"].strip() == "1"
+        assert set(st["Gid"].split()) == {str(nobody.pw_gid)}, st
+        from rezolus_ue.agent import RUNTIME_DIR
+
+        assert RUNTIME_DIR.stat().st_uid == nobody.pw_uid  # handed over (CAP_CHOWN)
         # Ten intervals with no consumer: the agent must not have written anything.
         time.sleep(1.0)
         tracefs.enable(G, AGENT.name, instance=instance)
@@ -123,6 +181,7 @@ def test_writes_nothing_until_a_consumer_enables(tracefs, instance):
         assert a.stop() == 0
         out = a.output()
         assert "Traceback" not in out
+        assert "kept CAP_BPF, CAP_PERFMON; running as nobody" in out, out
         assert re.search(r"stopped: [1-9]\d* records written", out), out
         # Unregistered on SIGTERM: the kernel deletes events nobody references.
         wait_for(lambda: CPU_USAGE.name not in tracefs.user_events_status().events, timeout=10)

@@ -11,7 +11,8 @@ object's ``.rodata`` before each load.
 Events: ``rezolus_syscall``: per family (``op``), syscalls entered, totals since the
 programs were first loaded; all sixteen families every interval, zeros included, so a
 consumer computing rates sees an unbroken series per family. ``rezolus_syscall_latency``:
-per family, an H2 histogram of the interval's enter-to-exit times, with ``attached_ns``;
+per family, an H2 histogram of the interval's enter-to-exit times (of every call, or of a
+random 1 in ``latency_sample``), with ``attached_ns``;
 only families with at least one call returning in the interval, since an empty histogram
 record carries nothing the counter does not already say (a syscall that blocks across
 several intervals is recorded in the one it returns in).
@@ -23,38 +24,37 @@ one array) are ``BPF_F_MMAPABLE`` maps kept across unloads and read through mmap
 publish makes no syscall to read them. Each thread's enter time lives in BPF task
 storage, created with the programs and gone with them.
 
-Measured cost (2-vCPU VM, Linux 6.18, shared: load average 8-120 from other work, so
-medians drift; minima are steadier). Per syscall, ``getppid`` in a loop, minimum over 15
-interleaved rounds: 135 ns bare; +30 ns with programs that return at once (the
-raw_syscalls slow path and two BPF calls: the floor of any raw_syscalls consumer); +145 ns
-with the LRU-hash version of the programs; +130 ns with task storage (this one). The rest
-is mostly the two ``bpf_ktime_get_ns`` (70 ns: without them +70 ns); a plain per-CPU
-increment instead of the atomic one measured the same. BPF run-time stats
-(kernel.bpf_stats_enabled=1, which adds ~45 ns per program run itself): sys_enter
-128 -> 109 ns, sys_exit 146 -> 137 ns. ``perf bench sched messaging -g 10 -l 250`` (3M
-syscalls, ~1.1 us of CPU each), its CPU time, median of 6 interleaved rounds: +4.8%
-before, +4.0% after (wall: +8.3%, +13.2%: noise at this load); bench/overhead.py has the
-full comparison. Timing 1 syscall in 8 (at random) would cut the cost to +68 ns, but
-histograms would then be estimates: not done. One publish (11 histogram and 16 counter
-records, fake handles: no write syscalls) took 0.5-0.9 ms of CPU, mostly H2 percentiles
-and record packing. The object loads and counts on the VM tier's Linux 6.12
-too (tp_btf, raw_tp and tracepoint).
+Measured cost (2-vCPU VM, Linux 6.18, shared and noisy: compare figures of one run
+only). Per syscall, ``getppid`` in a loop, minimum over 9 interleaved rounds: 143 ns bare;
+168 with two programs that return at once (the raw_syscalls slow path and two BPF calls:
+the floor of any raw_syscalls consumer); 172 counting only; 193 with ``latency_sample =
+64``, 201 with 8; 277 timing every call (this default: two clock reads, task storage,
+the histogram add). ``perf bench sched messaging -g 10 -l 250`` (2M syscalls), CPU time
+of the workload, median of 11 interleaved rounds (bench/overhead.py): those do-nothing
+programs alone +9.1%; scheduler_runqueue + this sampler +18.7% timing every call, +12.4%
+at ``latency_sample = 16``; bpftrace doing the same work (runqlat, syscall counts and a
+latency histogram) +56.5%. A plain per-CPU increment instead of the atomic one measured
+the same. One publish (11 histogram and 16 counter records, fake handles: no write
+syscalls) took 0.5-0.9 ms of CPU, mostly H2 percentiles and record packing. The object
+loads and counts on the VM tier's Linux 6.12 too (tp_btf, raw_tp and tracepoint).
 """
 
 from __future__ import annotations
 
 import platform
+import sys
 
 import numpy as np
 
 from ...bpf.build import BUILD_COMMAND
 from ...bpf.libbpf import Object
 from ...bpf.loader import BpfObject
+from ...config import Option
 from ...errors import SamplerUnavailable
 from ...metrics import h2
 from ...metrics.catalog import SYSCALL, SYSCALL_LATENCY
 from ...metrics.family import histogram_records
-from ..bpf_sampler import BpfSampler
+from ..bpf_sampler import BPF_OPTIONS, BpfSampler
 from . import table
 
 #: struct syscall_counts (bpf/syscall.h): calls by family, one per CPU.
@@ -78,6 +78,17 @@ class Syscall(BpfSampler):
     bpf_object = "syscall"
     per_cpu_maps = ("counts",)
     keep_maps = ("counts", "latency")
+    options = (
+        *BPF_OPTIONS,
+        Option("latency_sample", "int", 1,
+               "Time 1 syscall in this many, chosen at random, for the latency histograms;"
+               " every syscall is counted whatever this is. 1 times every call (each timed"
+               " call costs two clock reads, ~70-130 ns on small VMs: several % of a"
+               " syscall-bound workload); 16 cuts that cost ~16-fold, and the histograms"
+               " then hold a random sample of the calls (their percentiles estimate the"
+               " same distribution; their count is the sample's).",
+               min_ns=1, max_ns=65536),
+    )
 
     def start(self) -> None:
         machine = platform.machine()
@@ -86,6 +97,7 @@ class Syscall(BpfSampler):
             raise SamplerUnavailable(self.name, f"no syscall table for {machine}"
                                      " (x86_64 and arm64 have one)")
         self._table = table.lookup_table(arch).tobytes()
+        self.latency_sample = int(self.ctx.options.get("latency_sample", 1))  # type: ignore[call-overload]
         super().start()
 
     def configure(self, obj: Object) -> None:
@@ -97,6 +109,13 @@ class Syscall(BpfSampler):
                                      f" ({BUILD_COMMAND} --force)")
         data = bytearray(rodata.value_size)
         data[off:off + size] = self._table
+        try:
+            off, size = obj.btf().datasec(".rodata")["latency_sample_below"]
+        except KeyError:
+            raise SamplerUnavailable(self.name, "the object predates option latency_sample:"
+                                     f" rebuild it ({BUILD_COMMAND} --force)") from None
+        below = 0 if self.latency_sample <= 1 else (1 << 32) // self.latency_sample
+        data[off:off + size] = below.to_bytes(size, sys.byteorder)
         rodata.set_initial_value(bytes(data))
 
     def setup(self, bpf: BpfObject) -> None:
