@@ -166,7 +166,12 @@ def _give_runtime_dir(user: str) -> None:
     except KeyError:
         return  # drop_after_start says so
     for p in (RUNTIME_DIR, *RUNTIME_DIR.iterdir()):
-        os.chown(p, pw.pw_uid, pw.pw_gid)
+        try:
+            os.chown(p, pw.pw_uid, pw.pw_gid)
+        except OSError as e:
+            raise RezolusError(f"cannot hand {p} to user {user}: {e.strerror} (switching"
+                               " users needs CAP_CHOWN, CAP_SETUID and CAP_SETGID at"
+                               " start-up; see docs/security.md)") from None
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -624,12 +624,19 @@ class PerfEvent:
         self.ring = ring
         self._mmap: mmap.mmap | None = None
         self._read_len, self._read_struct = self._read_layout(attr.read_format)
+        self._group_layout: tuple[int, int, struct.Struct] | None = None
 
     @staticmethod
     def _read_layout(read_format: int) -> tuple[int, struct.Struct]:
-        """Return (bytes read(2) returns, struct of its value/enabled/running prefix)."""
+        """Return (bytes read(2) returns, struct of its value/enabled/running prefix).
+
+        PERF_FORMAT_GROUP is supported for counting groups without ids or lost counts,
+        read with ``read_group`` (whose layout depends on the number of members).
+        """
         if read_format & PERF_FORMAT_GROUP:
-            raise ValueError("PerfEvent reads single counters; PERF_FORMAT_GROUP is unsupported")
+            if read_format & (PERF_FORMAT_ID | PERF_FORMAT_LOST):
+                raise ValueError("PERF_FORMAT_GROUP reads support no PERF_FORMAT_ID/LOST")
+            return 0, _U64
         times = read_format & (PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING)
         # read(2) returns value [enabled] [running] [id] [lost]; we decode the first three.
         prefix = 1 + bin(times).count("1")
@@ -812,6 +819,30 @@ class PerfEvent:
         if rf & PERF_FORMAT_TOTAL_TIME_RUNNING:
             running = words[i]
         return CounterValue(words[0], enabled, running)
+
+    def read_group(self, members: int) -> tuple[int, ...]:
+        """Return the raw counts of this group leader's ``members`` events (itself first),
+        from one read(2): with ``PERF_FORMAT_GROUP`` the kernel reads a whole group in one
+        go, so reading another CPU's counters costs one IPI per group, not per counter."""
+        layout = self._group_layout
+        if layout is None or layout[0] != members:
+            rf = self.attr.read_format
+            if not rf & PERF_FORMAT_GROUP:
+                raise ValueError("read_group needs a leader opened with PERF_FORMAT_GROUP")
+            times = bin(rf & (PERF_FORMAT_TOTAL_TIME_ENABLED
+                              | PERF_FORMAT_TOTAL_TIME_RUNNING)).count("1")
+            # u64 nr; [u64 time_enabled]; [u64 time_running]; u64 value[nr]
+            layout = self._group_layout = (members, 1 + times,
+                                           struct.Struct(f"={1 + times + members}Q"))
+        _n, skip, st = layout
+        try:
+            data = os.read(self.fd, st.size)
+        except OSError as e:
+            raise RezolusError(f"read of perf group fd {self.fd}: {e.strerror}") from None
+        words = st.unpack_from(data, 0)
+        if words[0] != members:
+            raise RezolusError(f"perf group fd {self.fd} has {words[0]} events, not {members}")
+        return words[skip:]
 
     def read_count(self) -> int:
         """Return the raw count (not scaled; see read_counter().scaled)."""

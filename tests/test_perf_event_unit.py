@@ -447,6 +447,7 @@ def test_group_read_format_is_refused_before_opening(monkeypatch: pytest.MonkeyP
         raise AssertionError("perf_event_open must not be called")
 
     monkeypatch.setattr(pe, "perf_event_open", no_syscall)
-    attr = pe.PerfEventAttr(type=pe.PERF_TYPE_SOFTWARE, read_format=pe.PERF_FORMAT_GROUP)
+    attr = pe.PerfEventAttr(type=pe.PERF_TYPE_SOFTWARE,
+                            read_format=pe.PERF_FORMAT_GROUP | pe.PERF_FORMAT_ID)
     with pytest.raises(ValueError, match="GROUP"):
         pe.PerfEvent.open(attr, 0, -1)

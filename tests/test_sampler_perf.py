@@ -85,6 +85,13 @@ class FakeEvent:
         self.reads += 1
         return self.value
 
+    def read_group(self, members: int) -> tuple[int, ...]:
+        """The leader's PERF_FORMAT_GROUP read: itself, then its members, in open order."""
+        self.reads += 1
+        group = [self] + [e for e in FakeEvent.opened if e.group_fd == self.fd]
+        assert len(group) == members
+        return tuple(e.value for e in group)
+
     def read_counter(self) -> pe.CounterValue:
         self.reads += 1
         return pe.CounterValue(self.value, self.enabled, self.running)
@@ -161,8 +168,10 @@ def test_software_end_to_end(fake_perf: type[FakePerfEvent], tmp_path: Path) -> 
             by_cpu_config(cpu, pe.PERF_COUNT_SW_PAGE_FAULTS).value = 200
         s.sample(1_500_000_000)
         s.publish(1_500_000_000)
-        # One read per counter per sample.
-        assert all(e.reads == 2 for e in FakeEvent.opened)
+        # One group read per CPU per sample, of the leader (context switches).
+        for e in FakeEvent.opened:
+            leader = e.config == pe.PERF_COUNT_SW_CONTEXT_SWITCHES
+            assert (e.group_fd < 0) is leader and e.reads == (2 if leader else 0)
     finally:
         s.close()
     assert all(e.closed for e in FakeEvent.opened)
@@ -202,19 +211,20 @@ def test_software_permission_denied_names_the_remedy(fake_perf: type[FakePerfEve
 def test_software_closes_what_it_opened_on_failure(fake_perf: type[FakePerfEvent],
                                                    tmp_path: Path) -> None:
     s = new_sampler(PerfSoftware, sysfs=sysfs(tmp_path, "0-3"))
-    orig = FakePerfEvent.software.__func__  # type: ignore[attr-defined]
+    orig = FakePerfEvent.open.__func__  # type: ignore[attr-defined]
 
-    def flaky(cls, config: int, cpu: int, pid: int = -1, **kw: object) -> FakeEvent:  # type: ignore[no-untyped-def]
-        if cpu == 2 and config == pe.PERF_COUNT_SW_PAGE_FAULTS:
+    def flaky(cls, attr: pe.PerfEventAttr, pid: int, cpu: int, group_fd: int = -1,  # type: ignore[no-untyped-def]
+              flags: int = 0) -> FakeEvent:
+        if cpu == 2 and attr.config == pe.PERF_COUNT_SW_PAGE_FAULTS:
             raise RezolusError("perf_event_open(...): Too many open files")
-        return orig(cls, config, cpu, pid, **kw)
+        return orig(cls, attr, pid, cpu, group_fd, flags)
 
-    fake_perf.software = classmethod(flaky)  # type: ignore[assignment,method-assign]
+    fake_perf.open = classmethod(flaky)  # type: ignore[assignment,method-assign]
     try:
         with pytest.raises(SamplerUnavailable, match="Too many open files"):
             s.start()
     finally:
-        del fake_perf.software
+        fake_perf.open = classmethod(orig)  # type: ignore[assignment,method-assign]
     assert len(FakeEvent.opened) == 8 and all(e.closed for e in FakeEvent.opened)
 
 

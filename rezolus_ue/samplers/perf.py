@@ -3,8 +3,9 @@
 
 Sources: ``perf_event_open(2)`` in counting mode (no sampling, no ring buffer), one event
 per counter per online CPU with pid=-1 (everything that runs on that CPU), opened in
-``start()`` and kept open; each read is one ``read(2)`` of 8 bytes (software) or 24 bytes
-(hardware: value, time_enabled, time_running) per counter. Online CPUs come from
+``start()`` and kept open. Software: a CPU's three counters are one perf group read with
+``PERF_FORMAT_GROUP``, one ``read(2)`` per CPU; hardware: one ``read(2)`` of 24 bytes
+(value, time_enabled, time_running) per counter. Online CPUs come from
 ``<sysfs>/devices/system/cpu/online`` at start; CPUs brought online later are not counted
 until the agent restarts.
 
@@ -21,9 +22,11 @@ Both need root, CAP_PERFMON (CAP_SYS_ADMIN before Linux 5.8) or
 ``kernel.perf_event_paranoid`` <= 0 (per-CPU events).
 
 Events: ``rezolus_perf_software`` (+ ``_dist``), ``rezolus_perf_hardware`` (+ ``_dist``).
-Cost of the software ``read()`` (CPU time, 2-vCPU Linux 6.18 VM, 2 CPUs, 6 reads): 17-19 us
-back to back, ~68 us right after the agent's 100 ms sleep; reading another CPU's counter
-is an IPI to it (smp_call_function_single), 1% of the agent's samples under perf.
+Cost of the software reads: reading another CPU's active counter is an IPI to it
+(smp_call_function_single), expensive in a VM (a VM exit each way); a group read makes it
+one IPI per CPU instead of one per counter. Measured in the agent's 100 ms loop (2-vCPU
+Linux 6.18 VM, shared): 265 us per sample with 6 single reads, 70-90 us with 2 group
+reads (bench: .scratch-free ``/tmp``-less, ``bench/collect.py``'s per-sampler table).
 """
 
 from __future__ import annotations
@@ -41,9 +44,11 @@ from ..perf_event import (
     PERF_COUNT_SW_CONTEXT_SWITCHES,
     PERF_COUNT_SW_CPU_MIGRATIONS,
     PERF_COUNT_SW_PAGE_FAULTS,
+    PERF_FORMAT_GROUP,
     PERF_FORMAT_TOTAL_TIME_ENABLED,
     PERF_FORMAT_TOTAL_TIME_RUNNING,
     PERF_TYPE_HARDWARE,
+    PERF_TYPE_SOFTWARE,
     PerfEvent,
     PerfEventAttr,
     online_cpus,
@@ -78,6 +83,32 @@ def ipc_milli(d_instructions: int, d_cycles: int) -> int:
     if d_cycles <= 0:
         return 0
     return 1000 * d_instructions // d_cycles
+
+
+def open_group(type_: int, configs: Sequence[int], cpu: int,
+               read_format: int) -> tuple[PerfEvent, ...]:
+    """Return ``cpu``'s counters ``configs`` as one perf group, counting from zero.
+
+    The leader (first) opens disabled and the members follow its state, so all start
+    together; with PERF_FORMAT_GROUP in ``read_format`` one read of the leader returns
+    them all (``PerfEvent.read_group``).
+    """
+    evs: list[PerfEvent] = []
+    try:
+        for i, config in enumerate(configs):
+            attr = PerfEventAttr(type=type_, config=config,
+                                 read_format=read_format if i == 0 else
+                                 read_format & ~PERF_FORMAT_GROUP)
+            attr.set_flags(disabled=i == 0, exclude_hv=True)
+            evs.append(PerfEvent.open(attr, -1, cpu, evs[0].fd if evs else -1))
+        for ev in evs:
+            ev.reset()
+        evs[0].enable()
+    except BaseException:
+        for ev in evs:
+            ev.close()
+        raise
+    return tuple(evs)
 
 
 def _unavailable(name: str, e: RezolusError, what: str) -> SamplerUnavailable:
@@ -118,15 +149,8 @@ class PerfSoftware(PerCpuCounters):
             raise SamplerUnavailable(self.name, str(e)) from None
         try:
             for cpu in cpus:
-                evs: list[PerfEvent] = []
-                try:
-                    for config in SOFTWARE_COUNTERS:
-                        evs.append(PerfEvent.software(config, cpu))
-                except BaseException:
-                    for ev in evs:
-                        ev.close()
-                    raise
-                self._events.append((cpu, tuple(evs)))
+                self._events.append((cpu, open_group(PERF_TYPE_SOFTWARE, SOFTWARE_COUNTERS,
+                                                     cpu, PERF_FORMAT_GROUP)))
         except RezolusError as e:
             self.close()
             raise _unavailable(self.name, e, "cannot open software perf counters") from None
@@ -134,10 +158,8 @@ class PerfSoftware(PerCpuCounters):
     def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
         if not self.family_wanted(PERF_SOFTWARE):
             return {}
-        rows = {}
-        for cpu, (cs, mig, pf) in self._events:
-            rows[(cpu,)] = (cs.read_count(), mig.read_count(), pf.read_count())
-        return {PERF_SOFTWARE: rows}
+        n = len(SOFTWARE_COUNTERS)
+        return {PERF_SOFTWARE: {(cpu,): evs[0].read_group(n) for cpu, evs in self._events}}
 
 
 class PerfHardware(PerCpuCounters):
@@ -187,21 +209,12 @@ class PerfHardware(PerCpuCounters):
     @staticmethod
     def _open_cpu(cpu: int, group: bool) -> tuple[PerfEvent, ...]:
         """Return the counters of ``cpu``, counting (as one group when ``group``)."""
+        if group:
+            return open_group(PERF_TYPE_HARDWARE, HARDWARE_COUNTERS, cpu, _HW_READ_FORMAT)
         evs: list[PerfEvent] = []
         try:
-            if not group:
-                for config in HARDWARE_COUNTERS:
-                    evs.append(PerfEvent.hardware(config, cpu, read_format=_HW_READ_FORMAT))
-                return tuple(evs)
-            for i, config in enumerate(HARDWARE_COUNTERS):
-                attr = PerfEventAttr(type=PERF_TYPE_HARDWARE, config=config,
-                                     read_format=_HW_READ_FORMAT)
-                # The leader opens disabled; members follow the leader's state.
-                attr.set_flags(disabled=i == 0, exclude_hv=True)
-                evs.append(PerfEvent.open(attr, -1, cpu, evs[0].fd if evs else -1))
-            for ev in evs:
-                ev.reset()
-            evs[0].enable()
+            for config in HARDWARE_COUNTERS:
+                evs.append(PerfEvent.hardware(config, cpu, read_format=_HW_READ_FORMAT))
         except BaseException:
             for ev in evs:
                 ev.close()
