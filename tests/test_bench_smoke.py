@@ -77,15 +77,19 @@ def test_overhead_runs_every_configuration() -> None:
 def test_all_extracts_figures_and_renders_the_table() -> None:
     all_ = load("all")
     outputs = {
-        "publish": "enable-word read (word.value) + branch     35.2 ns\n"
-                   "ratio write / devnull                        1.95 x   (target <= 3x)\n",
+        "publish": "enable-word read (word.value) + branch     35.2 ns\n",
+        "publish_vm": "enable-word read (word.value) + branch    996.6 ns\n"
+                      "ratio write / devnull                        1.95 x   (target <= 3x)\n",
         "top": "    64  200x60      900   1.00ms   2.00ms   3.00ms   6.00ms     0.60%\n",
     }
     rows = {f.name: v for f, v in all_.extract(outputs)}
     assert rows["disabled check (enable-word read + branch)"] == "35.2 ns"
-    assert rows["enabled write / same-size writev to /dev/null"] == "1.95 x"
+    assert rows["enabled write / same-size writev to /dev/null (in the VM)"] == "1.95 x"
     assert rows["top: one frame, 64 CPUs, 200x60 (ingest + render + draw)"] == "6.00 ms"
     assert rows["agent CPU, no consumer"] == "not run"
+    no_vm = {f.name: v for f, v in all_.extract({"publish": outputs["publish"]})}
+    assert no_vm["enabled write / same-size writev to /dev/null (in the VM)"] == (
+        "not run (needs --vm BZIMAGE)")
     text = all_.render(outputs, {"publish": 1.0, "top": 2.0}, ["--quick"])
     assert "| publish | disabled check (enable-word read + branch) | 35.2 ns | <= 100 ns |" in text
     assert "Linux" in text and "## top (2 s)" in text
