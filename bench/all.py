@@ -85,12 +85,13 @@ def commands(quick: bool, vm: str | None) -> dict[str, list[str]]:
         # The disabled check is a host figure (the VM emulates its CPU: ~26x slower); the
         # enabled write needs user_events, so the VM (its ratio to writev is what counts).
         "publish": [py, "bench/publish.py", "-n", "20000" if quick else "200000"],
-        **({"publish_vm": [py, "bench/publish.py", "-n", "20000" if quick else "200000",
-                           "--vm", vm]} if vm else {}),
         "collect": [py, "bench/collect.py", "--seconds", "2" if quick else "20"],
         "overhead": [py, "bench/overhead.py", *(["--runs", "2", "--groups", "2", "--loops",
                                                   "20", "--seconds", "2"] if quick else [])],
         "top": [py, "bench/top.py", *(["--frames", "3"] if quick else [])],
+        # Last: its emulated CPU loads the machine long after it exits.
+        **({"publish_vm": [py, "bench/publish.py", "-n", "20000" if quick else "200000",
+                           "--vm", vm]} if vm else {}),
     }
 
 
@@ -142,6 +143,16 @@ def render(outputs: dict[str, str], seconds: dict[str, float], argv: list[str]) 
     return "\n".join(lines)
 
 
+def settle(below: float = 1.0, most_s: float = 120.0) -> float:
+    """Wait (at most ``most_s``) for the 1-minute load average to fall below ``below``, so
+    one benchmark's tail (the VM, the workload's 400 tasks) does not land in the next's
+    figures; return the seconds waited."""
+    t0 = time.monotonic()
+    while os.getloadavg()[0] >= below and time.monotonic() - t0 < most_s:
+        time.sleep(5)
+    return time.monotonic() - t0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="short runs (figures are rough)")
@@ -155,7 +166,9 @@ def main() -> int:
     for name, cmd in commands(args.quick, args.vm).items():
         if args.only and name not in args.only:
             continue
-        print(f"== {name}: {' '.join(cmd[1:])}", flush=True)
+        waited = settle()
+        print(f"== {name}: {' '.join(cmd[1:])} (after {waited:.0f} s for the load average"
+              f" to settle: {os.getloadavg()[0]:.2f})", flush=True)
         t0 = time.monotonic()
         p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         seconds[name] = time.monotonic() - t0
