@@ -168,7 +168,12 @@ def main() -> int:
         inner = f"cd {shlex.quote(str(ROOT))} && {py} bench/publish.py -n {args.n}"
         cmd = ["vng", "--run", args.vm, "--disable-kvm", "--force-9p", "--user", "root",
                "--cpus", "2", "--memory", "2G", "--rwdir", str(ROOT), "--exec", inner]
-        return subprocess.call(cmd)
+        for attempt in (1, 2):  # a busy host sometimes fails a boot: once more
+            rc = subprocess.call(cmd)
+            if rc == 0:
+                return 0
+            print(f"vng exited {rc} (attempt {attempt})", file=sys.stderr, flush=True)
+        return rc
     print(f"# publish cost  ({platform.node()}, Linux {platform.release()},"
           f" Python {platform.python_version()}, n={args.n})")
     for k, v in bench_disabled(args.n).items():
