@@ -252,10 +252,17 @@ def main() -> int:
     idle.close()
     procfs, _ = build_agent(PROCFS_SAMPLERS)
     warm_up(procfs)
-    t0 = cpu_times()
-    share = run_loop(procfs, args.seconds, 0.1, 1.0)
+    # In chunks, each with the hypervisor's steal beside it: on a shared VM a burst of
+    # steal (caches flushed by the neighbours) can multiply one chunk's figure.
+    chunks = []
+    for _ in range(4):
+        t0 = cpu_times()
+        chunks.append((run_loop(procfs, args.seconds / 4, 0.1, 1.0), steal_since(t0)))
+    share = statistics.median(c for c, _ in chunks)
     print(f"agent CPU, procfs/sysfs/netlink/perf samplers, 100 ms sampling / 1 s publishing:"
-          f" {share:.3f} % of a core   (target <= 1%; {steal_since(t0)})")
+          f" {share:.3f} % of a core   (target <= 1%; median of 4 chunks: "
+          + ", ".join(f"{c:.3f}% ({st.removeprefix('hypervisor ')})" for c, st in chunks)
+          + ")")
     t0 = cpu_times()
     share1 = run_loop(procfs, args.seconds, 1.0, 1.0)
     print(f"agent CPU, the same, 1 s publishing, no oversampling:   {share1:.3f} % of a core"
