@@ -1,5 +1,5 @@
 """The soak (soak.py) for a few seconds in the VM: the script works end to end, nothing
-is lost, the agent exits cleanly. The 10-minute figures are in docs/PERFORMANCE.md."""
+is lost, the agent exits cleanly. The last 10-minute run's figures are in soak.py."""
 
 from __future__ import annotations
 
