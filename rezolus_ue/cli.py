@@ -155,21 +155,30 @@ def load_config(path: Path | None) -> cfg.Config:
     return cfg.load(path, options()) if path else cfg.defaults(options())
 
 
-def _give_runtime_dir(user: str) -> None:
-    """Hand the runtime directory (lock, status) to ``user`` before becoming it."""
+def _give_runtime_dir(user: str | None) -> None:
+    """Hand the runtime directory (lock, status) to ``user``, or back to this process's
+    own uid, before dropping privileges: the agent must still write its status after
+    the drop, and a directory a ``run --user`` run left to another user would otherwise
+    keep a later root agent (without CAP_DAC_OVERRIDE after its drop) from writing it."""
     import pwd
 
     from .agent import RUNTIME_DIR
 
-    try:
-        pw = pwd.getpwnam(user)
-    except KeyError:
-        return  # drop_after_start says so
+    if user is None:
+        uid, gid = os.geteuid(), os.getegid()
+    else:
+        try:
+            pw = pwd.getpwnam(user)
+        except KeyError:
+            return  # drop_after_start says so
+        uid, gid = pw.pw_uid, pw.pw_gid
     for p in (RUNTIME_DIR, *RUNTIME_DIR.iterdir()):
         try:
-            os.chown(p, pw.pw_uid, pw.pw_gid)
+            st = p.lstat()
+            if (st.st_uid, st.st_gid) != (uid, gid):
+                os.chown(p, uid, gid, follow_symlinks=False)
         except OSError as e:
-            raise RezolusError(f"cannot hand {p} to user {user}: {e.strerror} (switching"
+            raise RezolusError(f"cannot hand {p} to uid {uid}: {e.strerror} (switching"
                                " users needs CAP_CHOWN, CAP_SETUID and CAP_SETGID at"
                                " start-up; see docs/security.md)") from None
 
@@ -222,7 +231,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if conf.agent["drop_capabilities"] or args.user:
             from .privilege import drop_after_start
 
-            if args.user and lock is not None:
+            if lock is not None:
                 _give_runtime_dir(args.user)
             drop_after_start(user=args.user)
         log.info("publishing %d events via %s: %s", len(names), agent.tracefs, ", ".join(names))
