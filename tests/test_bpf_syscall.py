@@ -117,28 +117,11 @@ def test_nanosleep_10ms_p50_bucket_holds_10ms() -> None:
     assert lo <= 10_000_000 <= hi, f"p50 bucket {lo}..{hi} ns"
 
 
-def test_getpid_raises_the_query_count() -> None:
-    n = 20000
-    s, handles = start_sampler(Syscall)
-    try:
-        s.activate()
-        s.publish(0)
-        before = _calls(handles)
-        getpids(n)
-        s.publish(0)
-        after = _calls(handles)
-        s.deactivate()
-    finally:
-        s.close()
-    assert after["query"] - before["query"] >= n
-    assert all(after[op] >= before[op] for op in table.FAMILIES)
-    rec, _counts = _latency(handles)["query"]
-    assert rec["count"] >= n
-
-
-def test_latency_sample_times_one_call_in_n_and_counts_all() -> None:
-    n, every = 32000, 16
-    s, handles = start_sampler(Syscall, latency_sample=every)
+def _around_getpids(n: int, **over: object) -> tuple[dict[str, int], dict[str, int],
+                                                   dict[str, FakeHandle]]:
+    """Return the call counts published before and after ``n`` getpid calls, and the
+    handles holding the records published after them, from a sampler with ``over``."""
+    s, handles = start_sampler(Syscall, **over)
     try:
         s.activate()
         s.publish(0)
@@ -150,6 +133,21 @@ def test_latency_sample_times_one_call_in_n_and_counts_all() -> None:
         s.deactivate()
     finally:
         s.close()
+    return before, after, handles
+
+
+def test_getpid_raises_the_query_count() -> None:
+    n = 20000
+    before, after, handles = _around_getpids(n)
+    assert after["query"] - before["query"] >= n
+    assert all(after[op] >= before[op] for op in table.FAMILIES)
+    rec, _counts = _latency(handles)["query"]
+    assert rec["count"] >= n
+
+
+def test_latency_sample_times_one_call_in_n_and_counts_all() -> None:
+    n, every = 32000, 16
+    before, after, handles = _around_getpids(n, latency_sample=every)
     calls = after["query"] - before["query"]
     assert calls >= n  # every call counted
     rec, counts = _latency(handles)["query"]

@@ -178,6 +178,9 @@ class FamilySampler(Sampler):
         super().__init__(ctx)
         self._over = {f: Oversampler(f) for f in self.families}
         self._fresh: set[Family] = set()
+        #: The agent tick's time stamp while ``read`` runs inside ``sample`` (else None):
+        #: samplers sharing a file read it once per tick with ``Shared.read_at``.
+        self._sample_ns: int | None = None
 
     @abstractmethod
     def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
@@ -192,11 +195,11 @@ class FamilySampler(Sampler):
                 reading.add(f)
             elif full and word is not None and word.value:
                 reading.add(f)
-        self._reading = reading
+        self._reading, self._sample_ns = reading, t_ns
         try:
             rows_by_family = self.read() if self._reading else {}
         finally:
-            self._reading = None
+            self._reading = self._sample_ns = None
         for fam, rows in rows_by_family.items():
             self._over[fam].add(t_ns, rows, fam in dist)
             self._fresh.add(fam)

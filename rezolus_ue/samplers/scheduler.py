@@ -99,8 +99,6 @@ class Scheduler(FamilySampler):
             self._stat = shared(procfs / "stat")
         except (OSError, RezolusError) as e:
             raise SamplerUnavailable(self.name, str(e)) from None
-        #: The agent tick's time stamp while sample() runs, for the shared /proc/stat.
-        self._now: int | None = None
         self._schedstat: KeptOpen | None = None
         try:
             f = KeptOpen(procfs / "schedstat")
@@ -123,17 +121,10 @@ class Scheduler(FamilySampler):
                            f" {KNOWN_VERSIONS[-1]}")
         self._schedstat = f
 
-    def sample(self, t_ns: int, full: bool = True) -> None:
-        self._now = t_ns
-        try:
-            super().sample(t_ns, full)
-        finally:
-            self._now = None
-
     def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
         out: dict[Family, Mapping[tuple, Sequence[int]]] = {}
         if self.family_wanted(SCHEDULER):
-            out[SCHEDULER] = {(): parse_stat_scheduler(self._stat.read_at(self._now))}
+            out[SCHEDULER] = {(): parse_stat_scheduler(self._stat.read_at(self._sample_ns))}
         if self._schedstat is not None and self.family_wanted(SCHEDULER_CPU):
             out[SCHEDULER_CPU] = {(cpu,): values
                                   for cpu, *values in parse_schedstat(self._schedstat.read())}

@@ -80,22 +80,13 @@ class CpuUsage(FamilySampler):
             raise
         self._tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
         self._prev: dict[int, tuple[int, ...]] = {}
-        #: The agent tick's time stamp while sample() runs, for the shared /proc/stat.
-        self._now: int | None = None
-
-    def sample(self, t_ns: int, full: bool = True) -> None:
-        self._now = t_ns
-        try:
-            super().sample(t_ns, full)
-        finally:
-            self._now = None
 
     def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
         out: dict[Family, Mapping[tuple, Sequence[int]]] = {}
         if self.family_wanted(CPU_USAGE):
             rows = {}
             prev = self._prev
-            for row in parse_proc_stat_cpus(self._stat.read_at(self._now), self._tick_ns):
+            for row in parse_proc_stat_cpus(self._stat.read_at(self._sample_ns), self._tick_ns):
                 cpu, times = row[0], row[1:]
                 rows[(cpu,)] = (*times, busy_ppm(times, prev.get(cpu)))
                 prev[cpu] = times
