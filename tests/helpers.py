@@ -163,3 +163,18 @@ def require_bpf_object(name: str) -> None:
         build.build([name])
     except RezolusError as e:
         pytest.skip(f"cannot build {name}.bpf.c: {e}")
+
+
+def unit(path: Path) -> dict[str, list[str]]:
+    """Return a systemd unit file's settings: key -> every value it is given, in order."""
+    out: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith(("#", ";", "[")):
+            key, _, value = line.partition("=")
+            out.setdefault(key.strip(), []).append(value.strip())
+    return out
+
+
+def words(settings: dict[str, list[str]], key: str) -> list[str]:
+    """Return the whitespace-separated words of every value of ``key`` in ``settings``."""
+    return [w for v in settings.get(key, []) for w in v.split()]

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import unit, words
 
 from rezolus_ue import config as cfg
 from rezolus_ue import service_cmd
@@ -44,20 +45,6 @@ def install(capsys: pytest.CaptureFixture[str], root: Path, *extra: str,
     code = main(["install-service", "--root", str(root), "--program", program, *extra])
     out = capsys.readouterr()
     return code, out.out, out.err
-
-
-def unit(path: Path) -> dict[str, list[str]]:
-    """Return a unit file's settings: key -> every value it is given, in order."""
-    out: dict[str, list[str]] = {}
-    for line in path.read_text().splitlines():
-        if line.strip() and not line.startswith(("#", ";", "[")):
-            key, _, value = line.partition("=")
-            out.setdefault(key.strip(), []).append(value.strip())
-    return out
-
-
-def words(settings: dict[str, list[str]], key: str) -> list[str]:
-    return [w for v in settings.get(key, []) for w in v.split()]
 
 
 AGENT = unit(UNITS / service_cmd.AGENT_UNIT)

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import unit, words
 
 from rezolus_ue.agent import read_status
 from rezolus_ue.schema import AGENT, CPU_USAGE
@@ -107,14 +108,6 @@ def _lines(text: str, event: str) -> list[str]:
 UNIT = ROOT / "packaging/systemd/rezolus-ue.service"
 
 
-def unit_setting(key: str) -> list[str]:
-    """Return the words of the agent unit's (last) ``key=`` line."""
-    values = [ln.split("=", 1)[1] for ln in UNIT.read_text().splitlines()
-              if ln.startswith(f"{key}=")]
-    assert values, f"no {key}= in {UNIT}"
-    return values[-1].split()
-
-
 def proc_status(pid: int) -> dict[str, str]:
     text = Path(f"/proc/{pid}/status").read_text()
     return dict(ln.split(":\t", 1) for ln in text.splitlines() if ":\t" in ln)
@@ -139,8 +132,9 @@ def test_writes_nothing_until_a_consumer_enables_run_as_the_unit_runs_it(tracefs
     if setpriv is None:
         pytest.skip("setpriv is not installed (Debian: util-linux)")
     nobody = pwd.getpwnam("nobody")
-    bounding = unit_setting("CapabilityBoundingSet")
-    exec_start = unit_setting("ExecStart")
+    settings = unit(UNIT)
+    bounding = words(settings, "CapabilityBoundingSet")
+    exec_start = words(settings, "ExecStart")
     assert exec_start[1:3] == ["run", "--user"], exec_start
     caps = ",".join("+" + c.removeprefix("CAP_").lower() for c in bounding)
     prefix = (setpriv, f"--bounding-set=-all,{caps}", "--inh-caps=-all",
