@@ -127,10 +127,6 @@ class Sampler(ABC):
         return any(self.handles[s.name].word.value for s in family.schemas
                    if s.name in self.handles)
 
-    def _enabled(self, schema: EventSchema | None) -> bool:
-        h = self.handles.get(schema.name) if schema is not None else None
-        return h is not None and bool(h.word.value)
-
     def activate(self) -> None:  # noqa: B027 - optional hook
         """A consumer arrived: acquire what only consumed sampling needs (attach BPF)."""
 
