@@ -84,12 +84,11 @@ class Sampler(ABC):
         """Receive the registered handles of this sampler's events (keyed by event name)."""
         self.handles = dict(handles)
         self._words = [h.word for h in self.handles.values()]
-        self._dist_words = [self.handles[f.dist_schema.name].word for f in self.families
-                            if f.dist_schema is not None and f.dist_schema.name in handles]
         #: Per family: (family, its event's enable word, its _dist event's), None where
         #: the event is not registered; read every tick, so built once here.
         self._family_words = [
             (f, self._word(f.schema), self._word(f.dist_schema)) for f in self.families]
+        self._dist_words = [dw for _f, _w, dw in self._family_words if dw is not None]
 
     def _word(self, schema: EventSchema | None) -> ctypes.c_uint32 | None:
         h = self.handles.get(schema.name) if schema is not None else None
