@@ -150,9 +150,10 @@ def test_writes_nothing_until_a_consumer_enables_run_as_the_unit_runs_it(tracefs
         st = proc_status(a.proc.pid)
         assert st["Uid"].split() == [str(nobody.pw_uid)] * 4, st
         want = sum(1 << privilege.CAPS[c] for c in privilege.RUNTIME_CAPS)
-        assert int(st["CapEff"], 16) == int(st["CapPrm"], 16) == want, st
-        assert int(st["CapInh"], 16) == int(st.get("CapAmb", "0"), 16) == 0, st
-        assert int(st["CapBnd"], 16) == sum(1 << privilege.CAPS[c] for c in bounding), st
+        held = privilege.parse_status(Path(f"/proc/{a.proc.pid}/status").read_text())
+        assert held["CapEff"] == held["CapPrm"] == want, st
+        assert held["CapInh"] == held.get("CapAmb", 0) == 0, st
+        assert held["CapBnd"] == sum(1 << privilege.CAPS[c] for c in bounding), st
         assert st["NoNewPrivs"].strip() == "1"
         assert set(st["Gid"].split()) == {str(nobody.pw_gid)}, st
         from rezolus_ue.agent import RUNTIME_DIR
