@@ -119,6 +119,62 @@ def test_dist_consumer_makes_sample_ticks_sample() -> None:
     assert agent.states["s"].refreshes == 3
 
 
+class CountingPolls(FakeSampler):
+    """Counts the agent's per-sampler checks (poll_activation runs once per full pass)."""
+
+    polls = 0
+
+    def poll_activation(self) -> bool:
+        self.polls += 1
+        return True
+
+
+def test_sample_ticks_skip_the_full_pass_while_no_enable_word_changes() -> None:
+    s, quiet = CountingPolls(dist=True), CountingPolls()
+    agent = make_agent(s=s, quiet=quiet)
+    agent.tick(1, True)
+    for t in (2, 3, 4):
+        assert agent.tick(t, False) is True
+    assert s.samples == [1, 2, 3, 4] and quiet.samples == [1]
+    assert (s.polls, quiet.polls) == (1, 1)  # the sample ticks checked nothing
+    assert agent.states["s"].refreshes == 4  # but counted and timed each sample
+    agent.tick(5, True)
+    assert (s.polls, quiet.polls) == (2, 2)  # publish ticks take the full pass
+
+
+def test_an_enable_word_change_is_seen_at_the_next_sample_tick() -> None:
+    a, b = FakeSampler(dist=True), FakeSampler()
+    agent = make_agent(a=a, b=b)
+    agent.tick(1, True)
+    agent.tick(2, False)
+    b.dist_handle.word.value = 1  # a consumer enables b's _dist event
+    a.dist_handle.word.value = 0  # and another leaves a's
+    assert agent.tick(3, False) is True
+    assert a.samples == [1, 2] and b.samples == [1, 3]
+    b.dist_handle.word.value = 0
+    assert agent.tick(4, False) is False
+    assert b.samples == [1, 3]
+    b.handle.word.value = 0
+    agent.tick(5, True)
+    assert agent.states["b"].status == "idle"
+
+
+def test_a_sampler_still_activating_is_polled_every_tick() -> None:
+    slow, other = SlowToActivate(), FakeSampler(dist=True)
+    agent = make_agent(slow=slow, other=other)
+    agent.tick(1, True)
+    agent.tick(2, False)
+    agent.tick(3, False)
+    assert slow.polls == 3 and other.samples == [1, 2, 3]
+    slow.done = True
+    agent.tick(4, False)  # seen activated: the next sample ticks may skip it
+    agent.tick(5, False)
+    agent.tick(6, False)
+    assert slow.polls == 4 and other.samples == [1, 2, 3, 4, 5, 6]
+    agent.tick(7, True)
+    assert slow.publishes == [7]
+
+
 def test_dist_consumer_alone_makes_the_sampler_wanted() -> None:
     s = FakeSampler(enabled=False, dist=True)
     agent = make_agent(s=s)
@@ -452,6 +508,80 @@ def test_family_sampler_writes_only_enabled_events() -> None:
     assert len(hs[fam_g.schema.name].payloads) == 1
 
 
+class Deferring(TwoFamilies):
+    """TwoFamilies split into capture (I/O) and parse, logging which ran when."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[str] = []
+
+    def capture(self) -> dict[Family, int]:
+        self.n += 10
+        self.log.append(f"capture {self.n}")
+        return {f: self.n for f in self.families if self.family_wanted(f)}
+
+    def parse(self, raw: dict[Family, int]) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        self.log.append(f"parse {max(raw.values(), default=0)}")
+        return {f: {(): (n + 0,)} for f, n in raw.items()}  # + 0: TypeError if garbled
+
+
+def _two_bound(s: TwoFamilies, dist: bool = True) -> dict[str, FakeHandle]:
+    hs = {FAKE.schema.name: FakeHandle(True), FAKE.dist_schema.name: FakeHandle(dist),
+          s.families[1].schema.name: FakeHandle(True)}
+    s.bind(hs)
+    return hs
+
+
+def test_deferring_sampler_parses_its_captures_in_order_at_the_publish_tick() -> None:
+    s = Deferring()
+    _two_bound(s)
+    for t in range(4):
+        s.sample(t * 100_000_000, full=False)
+    # Between publish ticks: I/O only, and only the family whose _dist event is enabled.
+    assert s.log == ["capture 10", "capture 20", "capture 30", "capture 40"]
+    assert s._pending[0][2] == {FAKE: 10}
+    s.sample(400_000_000, full=True)
+    assert s.log[4:] == ["capture 50", "parse 10", "parse 20", "parse 30", "parse 40",
+                         "parse 50"]
+    assert s._pending == []
+
+
+def test_deferring_sampler_publishes_what_reading_each_tick_publishes() -> None:
+    """Parsing later changes nothing: each capture keeps its own time stamp."""
+    payloads = []
+    for s in (TwoFamilies(), Deferring()):
+        hs = _two_bound(s)
+        for interval in range(2):
+            for k in range(10):
+                t = interval * 1_000_000_000 + k * 100_000_000
+                s.sample(t, full=k == 9)
+            s.publish(t)
+        payloads.append({n: h.payloads for n, h in hs.items()})
+    assert payloads[0] == payloads[1]
+    assert len(payloads[1][FAKE.dist_schema.name]) == 2
+
+
+def test_deferring_sampler_parses_anyway_when_publish_ticks_stop() -> None:
+    s = Deferring()
+    _two_bound(s)
+    for t in range(s.MAX_PENDING - 1):
+        s.sample(t, full=False)
+    assert len(s._pending) == s.MAX_PENDING - 1 and not any("parse" in x for x in s.log)
+    s.sample(s.MAX_PENDING, full=False)
+    assert s._pending == [] and sum("parse" in x for x in s.log) == s.MAX_PENDING
+
+
+def test_deferring_sampler_drops_a_capture_that_fails_to_parse() -> None:
+    s = Deferring()
+    _two_bound(s)
+    s.sample(0, full=False)
+    s._pending[0] = (0, set(), {FAKE: "garbage"})
+    with pytest.raises(TypeError):
+        s.sample(1, full=True)
+    assert s._pending == []  # not parsed again at the next publish tick
+    s.sample(2, full=True)
+
+
 # --- start, close, run -------------------------------------------------------------------
 
 
@@ -625,6 +755,17 @@ def test_reload_adds_removes_and_retunes_keeping_unchanged_samplers() -> None:
         agent.close()
 
 
+def test_reload_drops_the_sample_tick_plan() -> None:
+    agent, _pub = _reloading_agent(_only(cpu_usage=True))
+    try:
+        agent.tick(1, True)
+        assert agent._fast is not None
+        agent.reload(_only(cpu_usage=True, memory=True))
+        assert agent._fast is None  # the next tick takes the full pass
+    finally:
+        agent.close()
+
+
 def test_reload_applies_intervals_and_defers_restart_keys(
         caplog: pytest.LogCaptureFixture) -> None:
     agent, _pub = _reloading_agent(_only(cpu_usage=True))
@@ -691,11 +832,13 @@ class SlowToActivate(FakeSampler):
     def __init__(self) -> None:
         super().__init__()
         self.done = False
+        self.polls = 0
 
     def activate_async(self) -> None:
         pass
 
     def poll_activation(self) -> bool:
+        self.polls += 1
         return self.done
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import platform
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -61,14 +62,20 @@ def getpids(n: int) -> None:
         _libc.syscall(nr)
 
 
-def nanosleeps(calls: int, threads: int, ns: int) -> None:
+def nanosleeps(calls: int, threads: int, ns: int) -> list[int]:
     """Make ``calls`` nanosleep(``ns``) calls spread over ``threads`` threads (ctypes drops
-    the GIL around each call, so they sleep side by side)."""
+    the GIL around each call, so they sleep side by side); return each call's duration
+    as user space saw it (ns), which is never less than the syscall's."""
     ts = _Timespec(ns // 10**9, ns % 10**9)
+    took: list[int] = []
 
     def run(k: int) -> None:
+        clock, sleep, arg, mine = time.perf_counter_ns, _libc.nanosleep, ctypes.byref(ts), []
         for _ in range(k):
-            _libc.nanosleep(ctypes.byref(ts), None)
+            t0 = clock()
+            sleep(arg, None)
+            mine.append(clock() - t0)
+        took.extend(mine)
 
     per = [calls // threads + (i < calls % threads) for i in range(threads)]
     ts_threads = [threading.Thread(target=run, args=(k,)) for k in per]
@@ -76,6 +83,7 @@ def nanosleeps(calls: int, threads: int, ns: int) -> None:
         t.start()
     for t in ts_threads:
         t.join()
+    return took
 
 
 def _calls(handles: dict[str, FakeHandle]) -> dict[str, int]:
@@ -98,13 +106,17 @@ def _clear(handles: dict[str, FakeHandle]) -> None:
         h.payloads.clear()
 
 
-def test_nanosleep_10ms_p50_bucket_holds_10ms() -> None:
+def test_nanosleep_10ms_p50_bucket_lies_between_10ms_and_what_user_space_saw() -> None:
+    """nanosleep(10 ms) never returns early, and each call took at least as long seen
+    from user space as in the kernel: the median in the kernel lies between the two. On
+    a quiet machine both are 10 ms and a bucket wide; on a busy VM (steal) sleeps overrun
+    and the user-space median says by how much."""
     s, handles = start_sampler(Syscall)
     try:
         s.activate()
         s.publish(0)
         _clear(handles)
-        nanosleeps(2000, threads=20, ns=10_000_000)
+        took = nanosleeps(2000, threads=20, ns=10_000_000)
         s.publish(0)
         s.deactivate()
     finally:
@@ -114,7 +126,9 @@ def test_nanosleep_10ms_p50_bucket_holds_10ms() -> None:
     p50 = h2.percentiles(counts, [0.5])[0]
     assert rec["p50"] == p50
     lo, hi = h2.bucket_bounds(h2.bucket_index(p50))
-    assert lo <= 10_000_000 <= hi, f"p50 bucket {lo}..{hi} ns"
+    user_p50 = int(np.median(took))
+    assert hi >= 10_000_000 and lo <= user_p50, (
+        f"p50 bucket {lo}..{hi} ns; user space's median {user_p50} ns")
 
 
 def _around_getpids(n: int, **over: object) -> tuple[dict[str, int], dict[str, int],

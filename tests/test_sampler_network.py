@@ -110,6 +110,12 @@ def only_links(data: bytes, indexes: set[int]) -> bytes:
                  or struct.unpack_from("=i", m, HDR.size + 4)[0] in indexes])
 
 
+def renamed(data: bytes, old: str, new: str) -> bytes:
+    """Return an RTM_GETLINK dump with link ``old`` named ``new`` (of the same length)."""
+    assert len(old) == len(new) and data.count(old.encode() + b"\0") == 1
+    return data.replace(old.encode() + b"\0", new.encode() + b"\0")
+
+
 def nlmsg_error(seq: int, err: int, mtype: int = ni.NLMSG_ERROR) -> bytes:
     return HDR.pack(36 if mtype == ni.NLMSG_ERROR else 20, mtype, 0, seq, 0) + \
         struct.pack("=i", -err) + (HDR.pack(0, 0, 0, seq, 0) if mtype == ni.NLMSG_ERROR else b"")
@@ -412,7 +418,8 @@ def test_rtnl_names_once_then_stats_only() -> None:
     k = FakeKernel()
     links = RtnlLinks(lambda _n: True, k.opener)  # type: ignore[arg-type]
     assert links.getstats
-    assert k.requests == [ni.RTM_GETLINK, ni.RTM_GETSTATS]
+    # The stats are captured first; names are looked up when they are parsed.
+    assert k.requests == [ni.RTM_GETSTATS, ni.RTM_GETLINK]
     k.requests.clear()
     rows = links.read()
     assert k.requests == [ni.RTM_GETSTATS]
@@ -421,7 +428,7 @@ def test_rtnl_names_once_then_stats_only() -> None:
     k.notifications.append(b"any RTM_NEWLINK")
     k.requests.clear()
     links.read()
-    assert k.requests == [ni.RTM_GETLINK, ni.RTM_GETSTATS]
+    assert k.requests == [ni.RTM_GETSTATS, ni.RTM_GETLINK]
     k.requests.clear()
     links.read()
     assert k.requests == [ni.RTM_GETSTATS]
@@ -431,7 +438,7 @@ def test_rtnl_unnamed_link_index_triggers_a_names_dump() -> None:
     k = FakeKernel()
     k.getlink = only_links(GETLINK, {1, 2, 3})  # eth0 (4) not there yet
     links = RtnlLinks(interface_filter((), ("ifb*",)), k.opener)  # type: ignore[arg-type]
-    assert k.requests == [ni.RTM_GETLINK, ni.RTM_GETSTATS, ni.RTM_GETLINK]
+    assert k.requests == [ni.RTM_GETSTATS, ni.RTM_GETLINK, ni.RTM_GETLINK]
     k.getlink = GETLINK
     k.requests.clear()
     assert list(links.read()) == ["lo", "eth0"]
@@ -439,6 +446,22 @@ def test_rtnl_unnamed_link_index_triggers_a_names_dump() -> None:
     k.requests.clear()
     assert list(links.read()) == ["lo", "eth0"]  # filtered links are known, not unnamed
     assert k.requests == [ni.RTM_GETSTATS]
+
+
+def test_rtnl_captures_are_named_when_parsed() -> None:
+    """Captures between publish ticks are parsed at the publish tick, with the names the
+    links have then: one dump per capture, names dumped once, after a notification."""
+    k = FakeKernel()
+    links = RtnlLinks(lambda _n: True, k.opener)  # type: ignore[arg-type]
+    k.requests.clear()
+    raws = [links.capture() for _ in range(3)]
+    assert k.requests == [ni.RTM_GETSTATS] * 3
+    k.notifications.append(b"any RTM_NEWLINK")  # e.g. a rename, after the captures
+    k.getlink = renamed(GETLINK, "eth0", "wan0")
+    parsed = [links.parse(r) for r in raws]
+    assert k.requests == [ni.RTM_GETSTATS] * 3 + [ni.RTM_GETLINK]
+    assert all("wan0" in p and "eth0" not in p for p in parsed)
+    assert parsed[0] == parsed[2]
 
 
 def test_rtnl_kernel_without_getstats_dumps_links() -> None:

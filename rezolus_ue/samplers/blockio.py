@@ -182,10 +182,12 @@ class BlockIO(FamilySampler):
                  (line.split() for line in data.split(b"\n")) if len(p) >= 3}
         return looks_like_partition(name, names)
 
-    def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
-        if not self.family_wanted(BLOCKIO):
+    def capture(self) -> bytes | None:
+        return self._diskstats.read() if self.family_wanted(BLOCKIO) else None
+
+    def parse(self, data: bytes | None) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        if data is None:
             return {}
-        data = self._diskstats.read()
         keep, idle = self._keep, self._idle
         if len(keep) > _CACHE_MAX:
             keep.clear()

@@ -33,6 +33,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..errors import RezolusError, SamplerUnavailable
 from ..metrics.catalog import MEMORY, MEMORY_PRESSURE, MEMORY_VMSTAT
@@ -274,14 +275,24 @@ class Memory(FamilySampler):
             return f"PSI {', '.join(missing)} unavailable (no /proc/pressure/ file)"
         return ""
 
-    def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
-        out: dict[Family, Mapping[tuple, Sequence[int]]] = {}
+    def capture(self) -> dict[Family, object]:
+        raw: dict[Family, object] = {}
         if self._meminfo is not None and self.family_wanted(MEMORY):
-            out[MEMORY] = {(): meminfo_row(self._meminfo_finder, self._meminfo.read())}
+            raw[MEMORY] = self._meminfo.read()
         if self._vmstat is not None and self.family_wanted(MEMORY_VMSTAT):
-            out[MEMORY_VMSTAT] = {(): vmstat_row(self._vmstat_finder, self._vmstat.read())}
+            raw[MEMORY_VMSTAT] = self._vmstat.read()
         if self._psi and self.family_wanted(MEMORY_PRESSURE):
-            out[MEMORY_PRESSURE] = {key: parse_pressure(f.read()) for key, f in self._psi}
+            raw[MEMORY_PRESSURE] = [(key, f.read()) for key, f in self._psi]
+        return raw
+
+    def parse(self, raw: dict[Family, Any]) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        out: dict[Family, Mapping[tuple, Sequence[int]]] = {}
+        if (data := raw.get(MEMORY)) is not None:
+            out[MEMORY] = {(): meminfo_row(self._meminfo_finder, data)}
+        if (data := raw.get(MEMORY_VMSTAT)) is not None:
+            out[MEMORY_VMSTAT] = {(): vmstat_row(self._vmstat_finder, data)}
+        if (files := raw.get(MEMORY_PRESSURE)) is not None:
+            out[MEMORY_PRESSURE] = {key: parse_pressure(data) for key, data in files}
         return out
 
     def _close_psi(self) -> None:

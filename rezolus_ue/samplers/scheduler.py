@@ -121,13 +121,20 @@ class Scheduler(FamilySampler):
                            f" {KNOWN_VERSIONS[-1]}")
         self._schedstat = f
 
-    def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
-        out: dict[Family, Mapping[tuple, Sequence[int]]] = {}
+    def capture(self) -> dict[Family, bytes]:
+        raw = {}
         if self.family_wanted(SCHEDULER):
-            out[SCHEDULER] = {(): parse_stat_scheduler(self._stat.read_at(self._sample_ns))}
+            raw[SCHEDULER] = self._stat.read_at(self._sample_ns)
         if self._schedstat is not None and self.family_wanted(SCHEDULER_CPU):
-            out[SCHEDULER_CPU] = {(cpu,): values
-                                  for cpu, *values in parse_schedstat(self._schedstat.read())}
+            raw[SCHEDULER_CPU] = self._schedstat.read()
+        return raw
+
+    def parse(self, raw: dict[Family, bytes]) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        out: dict[Family, Mapping[tuple, Sequence[int]]] = {}
+        if (data := raw.get(SCHEDULER)) is not None:
+            out[SCHEDULER] = {(): parse_stat_scheduler(data)}
+        if (data := raw.get(SCHEDULER_CPU)) is not None:
+            out[SCHEDULER_CPU] = {(cpu,): values for cpu, *values in parse_schedstat(data)}
         return out
 
     def close(self) -> None:

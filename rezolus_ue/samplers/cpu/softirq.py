@@ -142,10 +142,11 @@ class CpuSoftirq(FamilySampler):
             raise SamplerUnavailable(self.name, f"{e} (needs Linux >= 2.6.31)") from None
         self._reader = SoftirqReader()
 
-    def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
-        if not self.family_wanted(CPU_SOFTIRQ):
-            return {}
-        return {CPU_SOFTIRQ: self._reader.read(self._file.read())}
+    def capture(self) -> bytes | None:
+        return self._file.read() if self.family_wanted(CPU_SOFTIRQ) else None
+
+    def parse(self, raw: bytes | None) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        return {} if raw is None else {CPU_SOFTIRQ: self._reader.read(raw)}
 
     def close(self) -> None:
         self._file.close()

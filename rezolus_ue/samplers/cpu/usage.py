@@ -81,18 +81,26 @@ class CpuUsage(FamilySampler):
         self._tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
         self._prev: dict[int, tuple[int, ...]] = {}
 
-    def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
-        out: dict[Family, Mapping[tuple, Sequence[int]]] = {}
+    def capture(self) -> dict[Family, bytes]:
+        raw = {}
         if self.family_wanted(CPU_USAGE):
+            raw[CPU_USAGE] = self._stat.read_at(self._sample_ns)
+        if self.family_wanted(CPU_CORES):
+            raw[CPU_CORES] = self._online.read()
+        return raw
+
+    def parse(self, raw: dict[Family, bytes]) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        out: dict[Family, Mapping[tuple, Sequence[int]]] = {}
+        if (data := raw.get(CPU_USAGE)) is not None:
             rows = {}
             prev = self._prev
-            for row in parse_proc_stat_cpus(self._stat.read_at(self._sample_ns), self._tick_ns):
+            for row in parse_proc_stat_cpus(data, self._tick_ns):
                 cpu, times = row[0], row[1:]
                 rows[(cpu,)] = (*times, busy_ppm(times, prev.get(cpu)))
                 prev[cpu] = times
             out[CPU_USAGE] = rows
-        if self.family_wanted(CPU_CORES):
-            out[CPU_CORES] = {(): (len(parse_cpu_list(self._online.read_text())),)}
+        if (data := raw.get(CPU_CORES)) is not None:
+            out[CPU_CORES] = {(): (len(parse_cpu_list(data.decode("ascii", "replace"))),)}
         return out
 
     def close(self) -> None:

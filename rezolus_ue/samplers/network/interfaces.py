@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
 from operator import itemgetter
 from pathlib import Path
+from typing import Any
 
 from ...config import Option
 from ...errors import RezolusError, SamplerUnavailable
@@ -295,17 +296,28 @@ class RtnlLinks:
             self.close()
             raise
 
-    def _dump(self, request: Callable[[int], bytes],
-              parse: Callable[[bytes, int, dict], tuple[dict, bool]], into: dict) -> dict:
-        """Send a dump request and collect its datagrams with ``parse`` into ``into``."""
-        self._seq = self._seq % 0xFFFFFFFF + 1
-        self._sock.send(request(self._seq))
+    def _datagrams(self, request: Callable[[int], bytes]) -> tuple[int, list[bytes]]:
+        """Send a dump request; return its sequence number and its datagrams, up to the
+        one holding NLMSG_DONE (raise OSError for an error the kernel reports)."""
+        self._seq = seq = self._seq % 0xFFFFFFFF + 1
+        self._sock.send(request(seq))
+        out = []
         while True:
             data = self._sock.recv(_RECV_SIZE)
             if not data:
                 raise OSError(errno.EIO, "rtnetlink: empty datagram in a dump")
-            if parse(data, self._seq, into)[1]:
-                return into
+            out.append(data)
+            for mtype, _off, _length in _messages(data, seq):
+                if mtype == NLMSG_DONE:
+                    return seq, out
+
+    def _dump(self, request: Callable[[int], bytes],
+              parse: Callable[[bytes, int, dict], tuple[dict, bool]], into: dict) -> dict:
+        """Send a dump request and collect its datagrams with ``parse`` into ``into``."""
+        seq, datagrams = self._datagrams(request)
+        for data in datagrams:
+            parse(data, seq, into)
+        return into
 
     def _links_changed(self) -> bool:
         """Drain the link notifications; return True if there were any."""
@@ -333,12 +345,27 @@ class RtnlLinks:
     def read(self) -> Rows:
         """Return {interface: counters in catalog order}; a link that appeared and went
         between the two dumps is left out."""
+        return self.parse(self.capture())
+
+    def capture(self) -> tuple[int, list[bytes]] | Rows:
+        """Return the datagrams of one RTM_GETSTATS dump, with its sequence number, for
+        ``parse`` (before Linux 4.7: the rows of a full RTM_GETLINK dump)."""
         if not self.getstats:
             return self._dump(link_dump_request,
                               lambda d, s, r: parse_link_dump(d, s, self._keep, r), {})
+        return self._datagrams(stats_dump_request)
+
+    def parse(self, raw: tuple[int, list[bytes]] | Rows) -> Rows:
+        """Return the rows of a ``capture``, named as the links are named now: a link
+        renamed since the capture takes its new name, one deleted since is left out."""
+        if isinstance(raw, dict):
+            return raw
         if self._links_changed() or self._names is None:
             self._names = self._dump_names()
-        stats = self._dump(stats_dump_request, parse_stats_dump, {})
+        seq, datagrams = raw
+        stats: dict[int, tuple[int, ...]] = {}
+        for data in datagrams:
+            parse_stats_dump(data, seq, stats)
         if not stats.keys() <= self._names.keys():
             # A link newer than the names; its notification is still on its way.
             self._names = self._dump_names()
@@ -482,12 +509,19 @@ class NetworkInterfaces(FamilySampler):
         """Return where the counters come from: "netlink" or "sysfs"."""
         return "netlink" if self._rtnl is not None else "sysfs"
 
-    def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+    def capture(self) -> object:
         if not self.family_wanted(NETWORK):
+            return None
+        if self._rtnl is not None:
+            return self._rtnl.capture()  # parsed at the publish tick, with the link names
+        assert self._sysfs is not None
+        return self._sysfs.read()  # already rows: each file holds one number
+
+    def parse(self, raw: Any) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        if raw is None:
             return {}
-        src = self._rtnl if self._rtnl is not None else self._sysfs
-        assert src is not None
-        return {NETWORK: {(name,): v for name, v in src.read().items()}}
+        rows = self._rtnl.parse(raw) if self._rtnl is not None else raw
+        return {NETWORK: {(name,): v for name, v in rows.items()}}
 
     def close(self) -> None:
         for src in (self._rtnl, self._sysfs):

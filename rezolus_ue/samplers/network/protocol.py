@@ -240,18 +240,26 @@ class NetworkProtocol(FamilySampler):
         if missing:
             self.detail = "missing here, read as 0: " + ", ".join(missing)
 
-    def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+    def capture(self) -> tuple[bool, bool, bytes, bytes | None] | None:
         want_tcp, want_udp = self.family_wanted(TCP), self.family_wanted(UDP)
         if not (want_tcp or want_udp):
+            return None
+        netstat = self._netstat.read() if want_tcp and self._netstat is not None else None
+        return want_tcp, want_udp, self._snmp.read(), netstat
+
+    def parse(self, raw: tuple[bool, bool, bytes, bytes | None] | None,
+              ) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        if raw is None:
             return {}
+        want_tcp, want_udp, snmp, netstat = raw
         reader, tcp_row, udp_row = self._snmp_plans[(want_tcp, want_udp)]
-        values = reader.flat(self._snmp.read())
+        values = reader.flat(snmp)
         out: dict[Family, Mapping[tuple, Sequence[int]]] = {}
         if want_udp:
             out[UDP] = {(): udp_row(values)}
         if want_tcp:
-            if self._netstat is not None:
-                values += self._netstat_reader.flat(self._netstat.read())
+            if netstat is not None:
+                values += self._netstat_reader.flat(netstat)
             out[TCP] = {(): tcp_row(values)}
         return out
 
