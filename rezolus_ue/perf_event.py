@@ -824,6 +824,25 @@ class PerfEvent:
         """Return the raw counts of this group leader's ``members`` events (itself first),
         from one read(2): with ``PERF_FORMAT_GROUP`` the kernel reads a whole group in one
         go, so reading another CPU's counters costs one IPI per group, not per counter."""
+        return self.decode_group(self.read_group_raw(members), members)
+
+    def read_group_raw(self, members: int) -> bytes:
+        """Return what read(2) of this group leader returns (``decode_group`` decodes it)."""
+        try:
+            return os.read(self.fd, self._group(members)[2].size)
+        except OSError as e:
+            raise RezolusError(f"read of perf group fd {self.fd}: {e.strerror}") from None
+
+    def decode_group(self, data: bytes, members: int) -> tuple[int, ...]:
+        """Return the counts in ``data``, as read by ``read_group_raw(members)``."""
+        _n, skip, st = self._group(members)
+        words = st.unpack_from(data, 0)
+        if words[0] != members:
+            raise RezolusError(f"perf group fd {self.fd} has {words[0]} events, not {members}")
+        return words[skip:]
+
+    def _group(self, members: int) -> tuple[int, int, struct.Struct]:
+        """Return (members, words before the counts, struct of the whole read)."""
         layout = self._group_layout
         if layout is None or layout[0] != members:
             rf = self.attr.read_format
@@ -834,15 +853,7 @@ class PerfEvent:
             # u64 nr; [u64 time_enabled]; [u64 time_running]; u64 value[nr]
             layout = self._group_layout = (members, 1 + times,
                                            struct.Struct(f"={1 + times + members}Q"))
-        _n, skip, st = layout
-        try:
-            data = os.read(self.fd, st.size)
-        except OSError as e:
-            raise RezolusError(f"read of perf group fd {self.fd}: {e.strerror}") from None
-        words = st.unpack_from(data, 0)
-        if words[0] != members:
-            raise RezolusError(f"perf group fd {self.fd} has {words[0]} events, not {members}")
-        return words[skip:]
+        return layout
 
     def read_count(self) -> int:
         """Return the raw count (not scaled; see read_counter().scaled)."""

@@ -175,11 +175,30 @@ def test_finder_reuses_its_plan_and_replans_when_lines_change() -> None:
 
 @pytest.mark.parametrize("case", CASES)
 def test_finder_with_plan_matches_fresh_parse(case: str) -> None:
-    """The fast path (a reused plan) reads what a fresh parse reads."""
+    """The fast paths (a reused plan; tokens by position) read what a fresh parse reads."""
     for name, finder in (("meminfo", meminfo_finder()), ("vmstat", vmstat_finder())):
         data = (FIXTURES / case / name).read_bytes()
         fresh = FieldFinder.values(finder, data)
+        assert finder._fast is not None  # the fixtures are all of the usual shape
         assert finder.values(data) == fresh
+        finder._fast = None
+        assert finder.values(data) == fresh
+
+
+def test_finder_token_path_checks_names_and_digits() -> None:
+    f = meminfo_finder()
+    text = b"MemTotal: 10 kB\nMemFree: 4 kB\nHugePages_Total: 0\n"
+    assert f.values(text)[:2] == [10, 4]
+    assert f._fast is not None
+    # Same token count, other names at the positions: not taken by position.
+    assert f.values(b"MemFree: 10 kB\nMemTotal: 4 kB\nHugePages_Total: 0\n")[:2] == [4, 10]
+    # A value that is not digits: the general path skips the line.
+    assert f.values(b"MemTotal: 1x kB\nMemFree: 4 kB\nHugePages_Total: 0\n")[:2] == [0, 4]
+    # A line read of an unusual shape: no token path at all.
+    f = meminfo_finder()
+    assert f.values(b"MemTotal: 5kB\nMemFree: 4 kB\n")[:2] == [5, 4]
+    assert f._fast is None
+    assert f.values(b"MemTotal: 5kB\nMemFree: 4 kB\n")[:2] == [5, 4]
 
 
 # --- PSI ---------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 import time
 from pathlib import Path
 
@@ -87,10 +88,19 @@ class FakeEvent:
 
     def read_group(self, members: int) -> tuple[int, ...]:
         """The leader's PERF_FORMAT_GROUP read: itself, then its members, in open order."""
+        return self.decode_group(self.read_group_raw(members), members)
+
+    def read_group_raw(self, members: int) -> bytes:
+        """What read(2) returns for a group without times: u64 nr, then nr u64 values."""
         self.reads += 1
         group = [self] + [e for e in FakeEvent.opened if e.group_fd == self.fd]
         assert len(group) == members
-        return tuple(e.value for e in group)
+        return struct.pack(f"={1 + members}Q", members, *(e.value for e in group))
+
+    def decode_group(self, data: bytes, members: int) -> tuple[int, ...]:
+        nr, *values = struct.unpack(f"={1 + members}Q", data)
+        assert nr == members
+        return tuple(values)
 
     def read_counter(self) -> pe.CounterValue:
         self.reads += 1
@@ -182,6 +192,21 @@ def test_software_end_to_end(fake_perf: type[FakePerfEvent], tmp_path: Path) -> 
     dist = {(d["cpu"], d["metric"]): d for d in decoded(PERF_SOFTWARE.dist_schema, h)}
     assert dist[(0, "context_switches")]["max"] == 20  # 10 in half a second
     assert dist[(2, "page_faults")]["p50"] == 400
+
+
+@pytest.mark.parametrize("cls", [PerfSoftware, PerfHardware])
+def test_perf_samplers_oversample_only_when_asked(fake_perf: type[FakePerfEvent],
+                                                 tmp_path: Path, cls: type) -> None:
+    """Reading other CPUs' counters interrupts them: by default the agent does not wake
+    the sampler between publish ticks, even with the _dist event enabled."""
+    root = sysfs(tmp_path)
+    for over, wanted in ((None, False), (False, False), (True, True)):
+        opts = {} if over is None else {"oversample": over}
+        s, _h = start_sampler(cls, sysfs=root, **opts)
+        try:
+            assert s.wanted and s.dist_wanted is wanted
+        finally:
+            s.close()
 
 
 def test_software_not_wanted_reads_nothing(fake_perf: type[FakePerfEvent],

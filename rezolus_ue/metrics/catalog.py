@@ -219,6 +219,12 @@ UDP = Family(
 
 # --- perf events -----------------------------------------------------------------------
 
+#: The perf samplers read another CPU's counters with an IPI to it: not every sample_interval
+#: unless asked (their ``oversample`` option).
+_PERF_DIST = ("every sample_interval only with the sampler's oversample = true; by default"
+              " once per publish interval, so value, percentiles and max are the interval's"
+              " one rate (each read of another CPU's counters interrupts that CPU).")
+
 PERF_SOFTWARE = Family(
     "rezolus_perf_software", "perf_software",
     "Per-CPU software perf counters (perf_event_open PERF_TYPE_SOFTWARE).",
@@ -228,6 +234,7 @@ PERF_SOFTWARE = Family(
         counter("cpu_migrations", "migrations", "tasks migrated to this CPU"),
         counter("page_faults", "faults", "page faults"),
     ),
+    dist_sampling=_PERF_DIST,
 )
 
 PERF_HARDWARE = Family(
@@ -241,6 +248,7 @@ PERF_HARDWARE = Family(
         counter("branch_misses", "branches", "mispredicted branches"),
         gauge("ipc_milli", "1/1000", "instructions per cycle x 1000 over the sample period"),
     ),
+    dist_sampling=_PERF_DIST,
 )
 
 # --- cgroups ---------------------------------------------------------------------------

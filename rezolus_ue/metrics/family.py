@@ -109,6 +109,8 @@ class Family:
     labels: tuple[Label, ...]
     metrics: tuple[Metric, ...]
     cadence: str = ""
+    #: How the _dist event's samples are taken, when not every sample_interval.
+    dist_sampling: str = ""
 
     def __post_init__(self) -> None:
         hist = [m for m in self.metrics if m.kind is Kind.HISTOGRAM]
@@ -154,9 +156,9 @@ class Family:
                          " between samples, or gauge levels") for suffix, _q in DIST]
         return EventSchema(
             f"{self.event}_dist",
-            f"Distribution over each publish interval of {self.event}'s metrics, sampled"
-            " every sample_interval (oversampling): a burst shorter than the interval shows"
-            " in max.",
+            f"Distribution over each publish interval of {self.event}'s metrics, sampled "
+            + (self.dist_sampling or "every sample_interval (oversampling): a burst shorter"
+               " than the interval shows in max."),
             tuple(fields), self.sampler,
             "one record per metric" + (" and " + " and ".join(lb.name for lb in self.labels)
                                        if self.labels else "") + " per interval")

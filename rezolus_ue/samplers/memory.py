@@ -31,7 +31,9 @@ Events: ``rezolus_memory`` (+ ``_dist``), ``rezolus_memory_vmstat`` (+ ``_dist``
 from __future__ import annotations
 
 import errno
+import re
 from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -88,29 +90,92 @@ class FieldFinder:
     later reads only ``bytes.find`` those names, each from where the previous one ended
     (the lines of these files are fixed for the life of a kernel). If a remembered name is
     not found, the plan is rebuilt from the new text. Values of lines sharing a slot add up.
+
+    Faster still, when every line read has the usual shape (``name<sep> digits [kB]``):
+    the text's whitespace-separated tokens, checked to hold the same names at the same
+    positions, give the values by position (one ``split`` and two ``itemgetter`` calls in
+    C; ~10 us for vmstat instead of ~30 on the reference VM, warm).
     """
 
-    __slots__ = ("_n", "_plan", "_sep", "_slot_of", "present")
+    __slots__ = ("_fast", "_n", "_plan", "_sep", "_slot_of", "present")
 
     def __init__(self, slot_of: Callable[[bytes], int | None], n: int, sep: bytes) -> None:
         self._slot_of = slot_of
         self._n = n
         self._sep = sep
         self._plan: tuple[tuple[bytes, int], ...] | None = None
+        #: (token count, names getter, the names, values getter, (slot, lines) in the
+        #: values' order) of the token fast path, or None.
+        self._fast: tuple[int, Callable, tuple, Callable, tuple[tuple[int, int], ...]] | \
+            None = None
         #: Slots that had at least one line in the text last planned.
         self.present: frozenset[int] = frozenset()
 
     def values(self, data: bytes) -> list[int]:
         """Return the ``n`` slot values of ``data`` (0 for slots with no line)."""
+        fast = self._fast
+        if fast is not None:
+            tokens = data.split()
+            ntok, get_names, names, get_values, groups = fast
+            if len(tokens) == ntok and get_names(tokens) == names:
+                values = get_values(tokens)
+                if b"".join(values).isdigit():  # else garbled: the general path decides
+                    ints = list(map(int, values))
+                    out = [0] * self._n
+                    k = 0
+                    for slot, lines in groups:
+                        out[slot] = ints[k] if lines == 1 else sum(ints[k : k + lines])
+                        k += lines
+                    return out
         if self._plan is not None:
             out = self._extract(data, self._plan)
             if out is not None:
+                if fast is not None:  # the lines moved but are all still there
+                    self._fast = self._make_fast(data)
                 return out
         self._plan = self._make_plan(data)
         self.present = frozenset(slot for _needle, slot in self._plan)
+        self._fast = self._make_fast(data)
         out = self._extract(data, self._plan)
         assert out is not None  # the plan holds only lines of this text that parse
         return out
+
+    def _make_fast(self, data: bytes) -> tuple | None:
+        """Return the token fast path for texts laid out as ``data``, or None if a line
+        read is not of the usual shape (then ``find`` does it all)."""
+        wanted: list[tuple[int, int]] = []  # (slot, position of the name token)
+        names = []
+        pos = 0
+        for line in data.split(b"\n"):
+            tokens = line.split()
+            name, sep, rest = line.partition(self._sep)
+            slot = self._slot_of(name.strip()) if sep else None
+            if slot is not None:
+                try:
+                    _value(rest)
+                except ValueError:
+                    slot = None  # skipped by the plan too
+            if slot is not None:
+                label = (name + sep).strip()
+                if not (len(tokens) in (2, 3) and tokens[0] == label
+                        and tokens[1].isdigit() and tokens[2:] in ([], [b"kB"])):
+                    return None
+                wanted.append((slot, pos))
+                names.append(label)
+            pos += len(tokens)
+        if not wanted:
+            return None
+        order = sorted(range(len(wanted)), key=lambda i: wanted[i][0])  # stable: file order
+        groups: list[list[int]] = []
+        for i in order:
+            slot = wanted[i][0]
+            if groups and groups[-1][0] == slot:
+                groups[-1][1] += 1
+            else:
+                groups.append([slot, 1])
+        get_names = _picker([p for _s, p in wanted])
+        return (pos, get_names, tuple(names), _picker([wanted[i][1] + 1 for i in order]),
+                tuple((slot, lines) for slot, lines in groups))
 
     def _make_plan(self, data: bytes) -> tuple[tuple[bytes, int], ...]:
         plan = []
@@ -147,6 +212,14 @@ class FieldFinder:
         return out
 
 
+def _picker(positions: Sequence[int]) -> Callable[[list[bytes]], tuple[bytes, ...]]:
+    """Return a function taking the items at ``positions`` of a list, as a tuple."""
+    if len(positions) == 1:
+        p = positions[0]
+        return lambda items: (items[p],)
+    return itemgetter(*positions)
+
+
 def meminfo_finder() -> FieldFinder:
     """Return a FieldFinder for /proc/meminfo (slots in MEMORY's scalar order, kB)."""
     return FieldFinder(_meminfo_slot, len(MEMINFO_KEYS), b":")
@@ -180,12 +253,25 @@ def parse_vmstat(data: bytes) -> tuple[int, ...]:
     return vmstat_row(vmstat_finder(), data)
 
 
+#: A /proc/pressure line as the kernel prints it ("%lu.%02lu" averages).
+_PSI_LINE = re.compile(rb"^(some|full) avg10=(\d+)\.(\d\d) avg60=\d+\.\d\d"
+                       rb" avg300=\d+\.\d\d total=(\d+)$", re.MULTILINE)
+
+
 def parse_pressure(data: bytes) -> tuple[int, int, int, int]:
     """Return (some_avg10_ppm, full_avg10_ppm, some_stall_us, full_stall_us) of one
     /proc/pressure file; a missing line (cpu before 5.13: no ``full``; irq: no ``some``)
     reads as 0."""
     avg = [0, 0]
     total = [0, 0]
+    found = _PSI_LINE.findall(data)
+    if found and len(found) == data.count(b"\n") + (not data.endswith(b"\n")):
+        # Every line as the kernel prints it (the usual case): one regex call in C.
+        for kind, units, hundredths, stall in found:
+            j = kind == b"full"
+            avg[j] = min(1_000_000, int(units) * 10_000 + int(hundredths) * 100)
+            total[j] = int(stall)
+        return avg[0], avg[1], total[0], total[1]
     for line in data.split(b"\n"):
         parts = line.split()
         if not parts:

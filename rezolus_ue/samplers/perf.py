@@ -26,7 +26,11 @@ Cost of the software reads: reading another CPU's active counter is an IPI to it
 (smp_call_function_single), expensive in a VM (a VM exit each way); a group read makes it
 one IPI per CPU instead of one per counter. Measured in the agent's 100 ms loop (2-vCPU
 Linux 6.18 VM, shared): 265 us per sample with 6 single reads, 70-90 us with 2 group
-reads (bench: .scratch-free ``/tmp``-less, ``bench/collect.py``'s per-sampler table).
+reads (``bench/collect.py``'s per-sampler table). The reader waits for the IPI to be
+answered: when the hypervisor has descheduled the other vCPU, it spins until that vCPU
+runs again (25-33 ms of CPU a second at 100 ms sampling, with 21% steal). So the counters
+are read once per publish interval unless the ``oversample`` option asks for every
+sample_interval.
 """
 
 from __future__ import annotations
@@ -120,13 +124,27 @@ def _unavailable(name: str, e: RezolusError, what: str) -> SamplerUnavailable:
     return SamplerUnavailable(name, f"{what}: {e}")
 
 
+#: The option both perf samplers have.
+OVERSAMPLE = Option(
+    "oversample", "bool", False,
+    "Read the counters every sample_interval while the _dist event is enabled, so its"
+    " percentiles are of per-sample rates. Off by default: reading another CPU's counters"
+    " interrupts it (an IPI, in a VM an exit on both vCPUs), so at 100 ms every CPU is"
+    " woken ten times a second, and on a VM whose other vCPU the hypervisor has descheduled"
+    " the read spins until it runs again (measured: 25-33 ms of CPU a second on a 2-vCPU VM"
+    " with 21% steal). Off, the _dist event summarises the one rate of each publish"
+    " interval.")
+
+
 class PerCpuCounters(FamilySampler):
     """What both perf samplers share: counters opened per CPU in ``start``, kept in
-    ``_events`` as (cpu, that CPU's counters), closed together."""
+    ``_events`` as (cpu, that CPU's counters), closed together; the ``oversample``
+    option."""
 
     def __init__(self, ctx: SamplerContext) -> None:
         super().__init__(ctx)
         self._events: list[tuple[int, tuple[PerfEvent, ...]]] = []
+        self.oversample = bool(ctx.options.get("oversample", False))  # type: ignore[misc]
 
     def close(self) -> None:
         for _cpu, evs in self._events:
@@ -140,6 +158,7 @@ class PerfSoftware(PerCpuCounters):
 
     name = "perf_software"
     families = (PERF_SOFTWARE,)
+    options = (OVERSAMPLE,)
 
     def start(self) -> None:
         self._events = []
@@ -155,11 +174,18 @@ class PerfSoftware(PerCpuCounters):
             self.close()
             raise _unavailable(self.name, e, "cannot open software perf counters") from None
 
-    def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+    def capture(self) -> list[bytes] | None:
         if not self.family_wanted(PERF_SOFTWARE):
+            return None
+        n = len(SOFTWARE_COUNTERS)
+        return [evs[0].read_group_raw(n) for _cpu, evs in self._events]
+
+    def parse(self, raw: list[bytes] | None) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        if raw is None:
             return {}
         n = len(SOFTWARE_COUNTERS)
-        return {PERF_SOFTWARE: {(cpu,): evs[0].read_group(n) for cpu, evs in self._events}}
+        return {PERF_SOFTWARE: {(cpu,): evs[0].decode_group(data, n) for (cpu, evs), data
+                                in zip(self._events, raw, strict=True)}}
 
 
 class PerfHardware(PerCpuCounters):
@@ -168,6 +194,7 @@ class PerfHardware(PerCpuCounters):
     name = "perf_hardware"
     families = (PERF_HARDWARE,)
     options = (
+        OVERSAMPLE,
         Option("group", "bool", True,
                "Schedule each CPU's three counters onto the PMU as one perf group, so"
                " ipc_milli divides cycles and instructions counted over the same time. Turn"
