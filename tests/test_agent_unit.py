@@ -606,6 +606,10 @@ def run_agent(agent: Agent, should_stop, wake_after: float | None = None) -> flo
     stop = threading.Event()
 
     def wake() -> None:
+        # From the first tick on: under load the loop may start later than this thread.
+        end = time.monotonic() + 10
+        while not any(st.refreshes for st in agent.states.values()) and time.monotonic() < end:
+            time.sleep(0.005)
         time.sleep(wake_after)  # type: ignore[arg-type]
         stop.set()
         os.write(wfd, b"\x0f")
