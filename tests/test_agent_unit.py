@@ -582,6 +582,23 @@ def test_deferring_sampler_drops_a_capture_that_fails_to_parse() -> None:
     s.sample(2, full=True)
 
 
+def test_unchanged_parses_bytes_only_when_they_change() -> None:
+    from rezolus_ue.samplers.base import Unchanged
+
+    calls: list[bytes] = []
+
+    def parse(raw: bytes) -> dict:
+        calls.append(raw)
+        return {(): (len(raw),)}
+
+    u = Unchanged()
+    first = u.parse(b"a 1\n", parse)
+    assert u.parse(b"a 1\n", parse) is first  # the same bytes: not parsed again
+    assert u.parse(b"a 22\n", parse) == {(): (5,)}
+    assert u.parse(b"a 1\n", parse) == first  # changed back: parsed again
+    assert calls == [b"a 1\n", b"a 22\n", b"a 1\n"]
+
+
 # --- start, close, run -------------------------------------------------------------------
 
 

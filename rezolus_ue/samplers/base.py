@@ -166,6 +166,28 @@ class Sampler(ABC):
         return (cls.__doc__ or "").strip().splitlines()[0]
 
 
+class Unchanged:
+    """The last bytes a source gave and what parsing them gave, returned again while the
+    bytes do not change: between two 100 ms samples most procfs files of a quiet host do
+    not (measured on the reference VM, 99 pairs: diskstats, net/snmp, net/netstat and PSI
+    memory 99 unchanged, meminfo 87, vmstat 77; /proc/stat and softirqs 0). Only for
+    parses whose result, and whatever state they keep, depend on the bytes alone."""
+
+    __slots__ = ("_raw", "_result")
+
+    def __init__(self) -> None:
+        self._raw: object = None
+        self._result: object = None
+
+    def parse(self, raw: object, parse: Callable[[Any], Any]) -> Any:
+        """Return ``parse(raw)``, or its last result if ``raw`` equals the last raw."""
+        if raw is not None and raw == self._raw:
+            return self._result
+        self._result = result = parse(raw)
+        self._raw = raw
+        return result
+
+
 class FamilySampler(Sampler):
     """A sampler that reads rows of counters and gauges: implement ``read``, or split it
     into ``capture`` (the I/O) and ``parse`` (pure, in capture order).

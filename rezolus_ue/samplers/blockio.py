@@ -35,7 +35,7 @@ from ..errors import RezolusError, SamplerUnavailable
 from ..metrics.catalog import BLOCKIO
 from ..metrics.family import Family
 from ..procfs import KeptOpen
-from .base import FamilySampler
+from .base import FamilySampler, Unchanged
 
 SECTOR_BYTES = 512
 MS_NS = 1_000_000
@@ -161,6 +161,7 @@ class BlockIO(FamilySampler):
         self._keep: dict[tuple[bytes, bytes, bytes], str | None] = {}
         #: label -> unwrap_times state at the last read.
         self._wrap: dict[str, WrapState] = {}
+        self._unchanged = Unchanged()
 
     def _decide(self, key: tuple[bytes, bytes, bytes], data: bytes) -> str | None:
         """Return the label of a device seen for the first time, or None to skip it."""
@@ -188,6 +189,10 @@ class BlockIO(FamilySampler):
     def parse(self, data: bytes | None) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
         if data is None:
             return {}
+        # The same bytes give the same rows and leave the wrap state as it was.
+        return self._unchanged.parse(data, self._parse)
+
+    def _parse(self, data: bytes) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
         keep, idle = self._keep, self._idle
         if len(keep) > _CACHE_MAX:
             keep.clear()

@@ -41,7 +41,7 @@ from ..errors import RezolusError, SamplerUnavailable
 from ..metrics.catalog import MEMORY, MEMORY_PRESSURE, MEMORY_VMSTAT
 from ..metrics.family import Family
 from ..procfs import KeptOpen
-from .base import FamilySampler
+from .base import FamilySampler, Unchanged
 
 #: /proc/meminfo keys in MEMORY's scalar order.
 MEMINFO_KEYS = (b"MemTotal", b"MemFree", b"MemAvailable", b"Buffers", b"Cached", b"Dirty",
@@ -309,6 +309,9 @@ class Memory(FamilySampler):
         self._vmstat = self._open(procfs / "vmstat", problems)
         self._meminfo_finder = meminfo_finder()
         self._vmstat_finder = vmstat_finder()
+        self._parsers = {MEMORY: self._parse_meminfo, MEMORY_VMSTAT: self._parse_vmstat,
+                         MEMORY_PRESSURE: self._parse_psi}
+        self._unchanged = {fam: Unchanged() for fam in self.families}
         self._psi: list[tuple[tuple[str], KeptOpen]] = []
         psi_problem = self._open_psi(problems)
         if self._meminfo is None and self._vmstat is None and not self._psi:
@@ -372,14 +375,18 @@ class Memory(FamilySampler):
         return raw
 
     def parse(self, raw: dict[Family, Any]) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
-        out: dict[Family, Mapping[tuple, Sequence[int]]] = {}
-        if (data := raw.get(MEMORY)) is not None:
-            out[MEMORY] = {(): meminfo_row(self._meminfo_finder, data)}
-        if (data := raw.get(MEMORY_VMSTAT)) is not None:
-            out[MEMORY_VMSTAT] = {(): vmstat_row(self._vmstat_finder, data)}
-        if (files := raw.get(MEMORY_PRESSURE)) is not None:
-            out[MEMORY_PRESSURE] = {key: parse_pressure(data) for key, data in files}
-        return out
+        return {fam: self._unchanged[fam].parse(data, self._parsers[fam])
+                for fam, data in raw.items()}
+
+    def _parse_meminfo(self, data: bytes) -> Mapping[tuple, Sequence[int]]:
+        return {(): meminfo_row(self._meminfo_finder, data)}
+
+    def _parse_vmstat(self, data: bytes) -> Mapping[tuple, Sequence[int]]:
+        return {(): vmstat_row(self._vmstat_finder, data)}
+
+    @staticmethod
+    def _parse_psi(files: list[tuple[tuple[str], bytes]]) -> Mapping[tuple, Sequence[int]]:
+        return {key: parse_pressure(data) for key, data in files}
 
     def _close_psi(self) -> None:
         for _key, f in self._psi:

@@ -35,7 +35,7 @@ from ...errors import RezolusError, SamplerUnavailable
 from ...metrics.catalog import TCP, UDP
 from ...metrics.family import Family
 from ...procfs import KeptOpen
-from ..base import FamilySampler
+from ..base import FamilySampler, Unchanged
 
 #: Where each metric comes from: (file under /proc/net, table prefix, column name).
 SOURCES: dict[str, tuple[str, str, str]] = {
@@ -221,6 +221,7 @@ class NetworkProtocol(FamilySampler):
         tcp, udp = wanted_columns(TCP, "snmp"), wanted_columns(UDP, "snmp")
         netstat = wanted_columns(TCP, "netstat")
         self._netstat_reader = TableReader(netstat)
+        self._unchanged = Unchanged()
         self._netstat_tables = netstat
         with_netstat = [("netstat", netstat)] if self._netstat is not None else []
         #: Per (TCP wanted, UDP wanted): the /proc/net/snmp reader and the getters of the
@@ -251,6 +252,10 @@ class NetworkProtocol(FamilySampler):
               ) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
         if raw is None:
             return {}
+        return self._unchanged.parse(raw, self._parse)
+
+    def _parse(self, raw: tuple[bool, bool, bytes, bytes | None],
+               ) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
         want_tcp, want_udp, snmp, netstat = raw
         reader, tcp_row, udp_row = self._snmp_plans[(want_tcp, want_udp)]
         values = reader.flat(snmp)
