@@ -12,6 +12,8 @@ works alone.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
+from operator import itemgetter
 from pathlib import Path
 
 from .errors import PermissionDenied, RezolusError
@@ -123,3 +125,13 @@ def shared(path: str | Path) -> SharedFile:
         entry = _SHARED[key] = [KeptOpen(path), 0]
     entry[1] += 1
     return SharedFile(key, entry[0])
+
+
+def picker(positions: Sequence[int]) -> Callable[[Sequence[bytes]], tuple[bytes, ...]]:
+    """Return a function taking the items at ``positions`` of a list of tokens, as a tuple
+    (``itemgetter``, which returns a bare item for one position, made uniform): parsers of
+    fixed-layout procfs text pick their fields with it in one C call."""
+    if len(positions) == 1:
+        p = positions[0]
+        return lambda items: (items[p],)
+    return itemgetter(*positions)

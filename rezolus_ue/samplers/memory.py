@@ -33,14 +33,13 @@ from __future__ import annotations
 import errno
 import re
 from collections.abc import Callable, Mapping, Sequence
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 from ..errors import RezolusError, SamplerUnavailable
 from ..metrics.catalog import MEMORY, MEMORY_PRESSURE, MEMORY_VMSTAT
 from ..metrics.family import Family
-from ..procfs import KeptOpen
+from ..procfs import KeptOpen, picker
 from .base import FamilySampler, Unchanged
 
 #: /proc/meminfo keys in MEMORY's scalar order.
@@ -173,8 +172,8 @@ class FieldFinder:
                 groups[-1][1] += 1
             else:
                 groups.append([slot, 1])
-        get_names = _picker([p for _s, p in wanted])
-        return (pos, get_names, tuple(names), _picker([wanted[i][1] + 1 for i in order]),
+        get_names = picker([p for _s, p in wanted])
+        return (pos, get_names, tuple(names), picker([wanted[i][1] + 1 for i in order]),
                 tuple((slot, lines) for slot, lines in groups))
 
     def _make_plan(self, data: bytes) -> tuple[tuple[bytes, int], ...]:
@@ -210,14 +209,6 @@ class FieldFinder:
         except ValueError:
             return None
         return out
-
-
-def _picker(positions: Sequence[int]) -> Callable[[list[bytes]], tuple[bytes, ...]]:
-    """Return a function taking the items at ``positions`` of a list, as a tuple."""
-    if len(positions) == 1:
-        p = positions[0]
-        return lambda items: (items[p],)
-    return itemgetter(*positions)
 
 
 def meminfo_finder() -> FieldFinder:

@@ -34,7 +34,7 @@ from operator import itemgetter
 from ...errors import RezolusError, SamplerUnavailable
 from ...metrics.catalog import TCP, UDP
 from ...metrics.family import Family
-from ...procfs import KeptOpen
+from ...procfs import KeptOpen, picker
 from ..base import FamilySampler, Unchanged
 
 #: Where each metric comes from: (file under /proc/net, table prefix, column name).
@@ -116,7 +116,7 @@ class TableReader:
                 header = data[h:e]
                 names = header.split()
                 positions = tuple(names.index(c) if c in names else -1 for c in columns)
-                plan = plans[t] = (header, positions, max(positions), _getter(positions))
+                plan = plans[t] = (header, positions, max(positions), picker(positions))
             _header, positions, last, getter = plan
             v = e + 1 + n
             end = data.find(b"\n", v)
@@ -145,14 +145,6 @@ class TableReader:
             rows = [zeros if row is None else row
                     for row, zeros in zip(rows, self._zeros, strict=True)]
         return list(chain.from_iterable(rows))
-
-
-def _getter(positions: Sequence[int]) -> Callable[[list[bytes]], tuple[bytes, ...]]:
-    """Return a function taking the items at ``positions`` of a list, as a tuple."""
-    if len(positions) == 1:
-        p = positions[0]
-        return lambda values: (values[p],)
-    return itemgetter(*positions)
 
 
 def parse_tables(text: str, wanted: Wanted) -> dict[str, dict[str, int]]:
