@@ -99,8 +99,8 @@ def commands(quick: bool, vm: str | None) -> dict[str, list[str]]:
     }
 
 
-def machine() -> list[str]:
-    """Return the header lines: machine, kernel, CPUs, date."""
+def machine(load_before: tuple[float, float, float]) -> list[str]:
+    """Return the header lines: machine, kernel, CPUs, date, the load average at start."""
     model = "?"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -114,7 +114,7 @@ def machine() -> list[str]:
         f"- kernel: Linux {platform.release()} ({platform.machine()})",
         f"- Python {platform.python_version()}",
         f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
-        f"- load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        f"- load average before: {' '.join(f'{x:.2f}' for x in load_before)}",
     ]
 
 
@@ -132,11 +132,12 @@ def extract(outputs: dict[str, str]) -> list[tuple[Figure, str]]:
     return rows
 
 
-def render(outputs: dict[str, str], seconds: dict[str, float], argv: list[str]) -> str:
+def render(outputs: dict[str, str], seconds: dict[str, float], argv: list[str],
+           load_before: tuple[float, float, float]) -> str:
     """Return docs/PERFORMANCE.md."""
     lines = ["# Performance", "",
              "<!-- Written by `bench/all.py`; rerun it rather than editing. -->", "",
-             f"Command: `{' '.join(['bench/all.py', *argv])}`", "", *machine(), "",
+             f"Command: `{' '.join(['bench/all.py', *argv])}`", "", *machine(load_before), "",
              "| benchmark | figure | measured | target |", "|---|---|---|---|"]
     for f, value in extract(outputs):
         lines.append(f"| {f.bench} | {f.name} | {value} | {f.target} |")
@@ -167,6 +168,7 @@ def main() -> int:
     args = ap.parse_args()
     outputs: dict[str, str] = {}
     seconds: dict[str, float] = {}
+    load_before = os.getloadavg()
     for name, cmd in commands(args.quick, args.vm).items():
         if args.only and name not in args.only:
             continue
@@ -178,7 +180,7 @@ def main() -> int:
         seconds[name] = time.monotonic() - t0
         outputs[name] = p.stdout + (f"\n[stderr]\n{p.stderr}" if p.returncode else "")
         print(p.stdout, flush=True)
-    text = render(outputs, seconds, sys.argv[1:])
+    text = render(outputs, seconds, sys.argv[1:], load_before)
     args.out.write_text(text)
     for f, value in extract(outputs):
         print(f"{f.name:70s} {value:>22s}   target {f.target}")

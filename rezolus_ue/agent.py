@@ -252,6 +252,7 @@ class Agent:
                     ok = self._call(st, sampler.activate_async)
                 except (SamplerUnavailable, RezolusError) as e:
                     self._make_unavailable(st, e)
+                    settled = False
                     continue
                 st.reason = sampler.detail
                 if not ok:

@@ -582,6 +582,27 @@ def test_deferring_sampler_drops_a_capture_that_fails_to_parse() -> None:
     s.sample(2, full=True)
 
 
+def test_family_sampler_forgets_the_interval_when_the_last_consumer_leaves() -> None:
+    """Samples taken before the sampler went idle do not reach the records published for
+    the next consumer, however long after."""
+    s = Deferring()
+    hs = _two_bound(s)
+    s.sample(0, full=False)
+    s.sample(100_000_000, full=True)  # the agent published, then sampled once more
+    s.publish(100_000_000)
+    s.sample(200_000_000, full=False)
+    s.deactivate()
+    assert s._pending == []
+    assert all(not o._samples and o._base is None for o in s._over.values())
+    for h in hs.values():
+        h.payloads.clear()
+    s.sample(3_600_000_000_000, full=False)  # an hour later, a new consumer
+    s.sample(3_600_100_000_000, full=True)
+    s.publish(3_600_100_000_000)
+    (d,) = [FAKE.dist_schema.unpack(p) for p in hs[FAKE.dist_schema.name].payloads]
+    assert (d["p50"], d["max"]) == (100, 100)  # 10 in 100 ms
+
+
 def test_unchanged_parses_bytes_only_when_they_change() -> None:
     from rezolus_ue.samplers.base import Unchanged
 

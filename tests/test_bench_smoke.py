@@ -90,6 +90,8 @@ def test_all_extracts_figures_and_renders_the_table() -> None:
     no_vm = {f.name: v for f, v in all_.extract({"publish": outputs["publish"]})}
     assert no_vm["enabled write / same-size writev to /dev/null (in the VM)"] == (
         "not run (needs --vm BZIMAGE)")
-    text = all_.render(outputs, {"publish": 1.0, "publish_vm": 9.0, "top": 2.0}, ["--quick"])
+    text = all_.render(outputs, {"publish": 1.0, "publish_vm": 9.0, "top": 2.0}, ["--quick"],
+                       (0.5, 0.25, 0.125))
     assert "| publish | disabled check (enable-word read + branch) | 35.2 ns | <= 100 ns |" in text
     assert "Linux" in text and "## top (2 s)" in text
+    assert "- load average before: 0.50 0.25 0.12" in text  # taken at the start, passed in

@@ -260,6 +260,13 @@ class FamilySampler(Sampler):
             for t, d, raw in pending:
                 self._add(t, self.parse(raw), d)
 
+    def deactivate(self) -> None:
+        """The last consumer left: forget the interval in progress, so that the first
+        records after the next consumer arrives summarise only samples taken for it."""
+        self._pending.clear()
+        self._fresh.clear()
+        self._over = {f: Oversampler(f) for f in self.families}
+
     def _add(self, t_ns: int, rows_by_family: Mapping[Family, Mapping[tuple, Sequence[int]]],
              dist: set[Family]) -> None:
         for fam, rows in rows_by_family.items():
