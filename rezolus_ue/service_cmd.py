@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -146,13 +147,22 @@ def install(root: Path, program: str, *, exporter: bool = True,
     if create_user:
         done += _create_user(root)
     elif not _user_exists(root, USER):
-        raise RezolusError(f"user {USER} does not exist in {root / 'etc/passwd'}, and the"
+        where = "on this system" if root == Path("/") else f"in {root / 'etc/passwd'}"
+        raise RezolusError(f"user {USER} does not exist {where}, and the"
                            " agent's unit runs as it: drop --no-create-user, or create it"
                            f" ({USERADD})")
     return done
 
 
 def _user_exists(root: Path, user: str) -> bool:
+    """Return whether ``user`` exists on the system at ``root``: for ``/`` through NSS (a
+    directory such as LDAP may hold it), for another root in its ``etc/passwd``."""
+    if root == Path("/"):
+        try:
+            pwd.getpwnam(user)
+        except KeyError:
+            return False
+        return True
     try:
         text = (root / "etc/passwd").read_text()
     except OSError:

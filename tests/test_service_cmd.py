@@ -225,6 +225,13 @@ def test_no_create_user_needs_the_user(tmp_path: Path,
     assert "useradd --system" in err and "Traceback" not in err
 
 
+def test_user_lookup_for_this_system_goes_through_nss() -> None:
+    """For ``/`` the user may come from NSS (e.g. LDAP), not only /etc/passwd: root
+    always exists, a made-up name never."""
+    assert service_cmd._user_exists(Path("/"), "root")
+    assert not service_cmd._user_exists(Path("/"), "no-such-user-rezolus-ue-test")
+
+
 @pytest.mark.skipif(not shutil.which("systemd-sysusers"), reason="no systemd-sysusers")
 def test_create_user(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = install(capsys, tmp_path, create_user=True)
