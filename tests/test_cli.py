@@ -46,6 +46,22 @@ def test_run_help() -> None:
     assert "publish_interval" in p.stdout and "sample_interval" in p.stdout
 
 
+def test_run_and_check_do_not_import_the_consumers() -> None:
+    """The agent's start does not pay for the exporter's HTTP server or top's UI (nor for
+    rich, which only ``check`` and the consumers draw with)."""
+    code = ("import sys\nfrom rezolus_ue import cli\n"
+            "def loaded(*prefixes):\n"
+            "    return sorted(m for m in sys.modules if m.startswith(prefixes))\n"
+            "cli.main(['run', '--config', '/nonexistent'])\n"
+            "print(loaded('rezolus_ue.consume', 'http.server', 'rich'))\n"
+            "cli.main(['check', '--config', '/nonexistent'])\n"
+            "print(loaded('rezolus_ue.consume', 'http.server'))\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert p.stdout.splitlines() == ["[]", "[]"], p.stdout + p.stderr
+    assert p.stderr.count("no such file") == 2  # both ran, and stopped at the config
+
+
 def test_no_subcommand_prints_help_and_exits_2() -> None:
     p = cli()
     assert p.returncode == 2
