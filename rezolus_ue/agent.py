@@ -225,16 +225,15 @@ class Agent:
         if not publishing and fast is not None:
             words, values, plan = fast
             if tuple(map(_VALUE, words)) == values:
-                self._sample(plan, now_ns)
+                for st in plan:
+                    self._refresh(st, now_ns, False)
                 return bool(plan)
         # The full pass: every sampler's enable words, activation and status.
         words = [w for st in self.states.values() if st.sampler is not None
                  for w in st.sampler.enable_words]
         values = tuple(map(_VALUE, words))
-        plan: list[SamplerState] = []
+        plan: list[SamplerState] = []  # the samplers oversampling
         settled = True
-        oversampling = False
-        clock = time.perf_counter_ns
         for st in self.states.values():
             sampler = st.sampler
             if sampler is None:
@@ -268,20 +267,11 @@ class Agent:
                 settled = False
                 continue
             dist = sampler.dist_wanted
-            oversampling |= dist
             if dist:
                 plan.append(st)
             if not (dist or publishing):
                 continue
-            t0 = clock()
-            try:
-                sampler.sample(now_ns, publishing)
-                if publishing:
-                    sampler.publish(now_ns)
-            except Exception as e:  # a sampler bug must not stop the others
-                self._failed(st, e)
-            st.refreshes += 1
-            st.cost_us.record((clock() - t0) // 1000)
+            self._refresh(st, now_ns, publishing)
             st.reason = sampler.detail  # samplers update it as they learn (e.g. cgroup)
         # Until an enable word changes, the next sample ticks need only sample the same
         # samplers: no status, activation or enable checks sampler by sampler (at 100 ms
@@ -291,26 +281,25 @@ class Agent:
             # Status changes between publish ticks reach status.json at the next one (at
             # most publish_interval late): no per-tick tuple of every sampler's status.
             self._write_status()
-        return oversampling
+        return bool(plan)
 
-    def _sample(self, plan: list[SamplerState], now_ns: int) -> None:
-        """Sample (not publish) the samplers of ``plan``, as the full pass would."""
-        clock = time.perf_counter_ns
-        for st in plan:
-            t0 = clock()
-            try:
-                st.sampler.sample(now_ns, False)  # type: ignore[union-attr]
-            except Exception as e:  # a sampler bug must not stop the others
-                self._failed(st, e)
-            st.refreshes += 1
-            st.cost_us.record((clock() - t0) // 1000)
-
-    def _failed(self, st: SamplerState, e: Exception) -> None:
-        """Count (and log, rate-limited) a sampler's failed sample or publish."""
-        self.sampler_errors += 1
-        st.errors += 1
-        if st.errors == 1 or st.errors % 100 == 0:
-            log.error("sampler %s failed (%d times): %s", st.name, st.errors, e)
+    def _refresh(self, st: SamplerState, now_ns: int, publishing: bool) -> None:
+        """Sample (and on publish ticks, publish) one active sampler; count and time it,
+        and count (and log, rate-limited) a failure instead of raising."""
+        sampler = st.sampler
+        assert sampler is not None
+        t0 = time.perf_counter_ns()
+        try:
+            sampler.sample(now_ns, publishing)
+            if publishing:
+                sampler.publish(now_ns)
+        except Exception as e:  # a sampler bug must not stop the others
+            self.sampler_errors += 1
+            st.errors += 1
+            if st.errors == 1 or st.errors % 100 == 0:
+                log.error("sampler %s failed (%d times): %s", st.name, st.errors, e)
+        st.refreshes += 1
+        st.cost_us.record((time.perf_counter_ns() - t0) // 1000)
 
     def _make_unavailable(self, st: SamplerState, e: RezolusError) -> None:
         """A sampler found at activation that it cannot run here (e.g. the verifier
