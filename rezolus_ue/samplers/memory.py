@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import errno
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -145,15 +145,8 @@ class FieldFinder:
         wanted: list[tuple[int, int]] = []  # (slot, position of the name token)
         names = []
         pos = 0
-        for line in data.split(b"\n"):
+        for line, name, sep, slot in self._lines(data):
             tokens = line.split()
-            name, sep, rest = line.partition(self._sep)
-            slot = self._slot_of(name.strip()) if sep else None
-            if slot is not None:
-                try:
-                    _value(rest)
-                except ValueError:
-                    slot = None  # skipped by the plan too
             if slot is not None:
                 label = (name + sep).strip()
                 if not (len(tokens) in (2, 3) and tokens[0] == label
@@ -176,21 +169,23 @@ class FieldFinder:
         return (pos, get_names, tuple(names), picker([wanted[i][1] + 1 for i in order]),
                 tuple((slot, lines) for slot, lines in groups))
 
-    def _make_plan(self, data: bytes) -> tuple[tuple[bytes, int], ...]:
-        plan = []
+    def _lines(self, data: bytes) -> Iterator[tuple[bytes, bytes, bytes, int | None]]:
+        """Yield (line, name, separator, slot) for every line of ``data``; the slot is
+        None for a line not read: another name, or a garbled value (skipped, not fatal).
+        Both plans take their lines from here, so they read the same ones."""
         for line in data.split(b"\n"):
             name, sep, rest = line.partition(self._sep)
-            if not sep:
-                continue
-            slot = self._slot_of(name.strip())
-            if slot is None:
-                continue
-            try:
-                _value(rest)
-            except ValueError:
-                continue  # a garbled line is skipped, not fatal
-            plan.append((b"\n" + name + sep, slot))
-        return tuple(plan)
+            slot = self._slot_of(name.strip()) if sep else None
+            if slot is not None:
+                try:
+                    _value(rest)
+                except ValueError:
+                    slot = None
+            yield line, name, sep, slot
+
+    def _make_plan(self, data: bytes) -> tuple[tuple[bytes, int], ...]:
+        return tuple((b"\n" + name + sep, slot) for _line, name, sep, slot
+                     in self._lines(data) if slot is not None)
 
     def _extract(self, data: bytes, plan: tuple[tuple[bytes, int], ...]) -> list[int] | None:
         out = [0] * self._n
