@@ -24,7 +24,10 @@ if [ "$dev" = 1 ]; then
     # udev: without it virtme-ng cannot find its virtio-serial ports (output is lost).
     # prometheus: the exporter's test scrapes it with a real server.
     # bpftrace: bench/overhead.py compares our run-queue sampler with a bpftrace script.
-    pkgs="$pkgs qemu-system-x86 udev man-db groff-base tmux prometheus bpftrace"
+    # trace-cmd: the tests show every consumer the README names working.
+    # stress-ng: the tests must pass on a machine kept busy (scripts/stress-test.sh).
+    pkgs="$pkgs qemu-system-x86 udev man-db groff-base tmux prometheus bpftrace trace-cmd"
+    pkgs="$pkgs stress-ng"
 fi
 
 missing=""
@@ -65,5 +68,17 @@ extra=""
 # CO-RE objects for the BPF samplers (built once; without them those samplers say why).
 if [ -r /sys/kernel/btf/vmlinux ]; then
     .venv/bin/python -m rezolus_ue.bpf.build >&2 || say "BPF objects not built: BPF samplers unavailable"
+fi
+# The README's commands are `sudo rezolus-ue ...`: sudo's secure_path has /usr/local/bin,
+# not this checkout's .venv/bin. Link the CLI there (never over someone else's file).
+link=/usr/local/bin/rezolus-ue
+cli="$(pwd)/.venv/bin/rezolus-ue"
+if [ "$(id -u)" = 0 ] && [ -d /usr/local/bin ]; then
+    if [ -L "$link" ] || [ ! -e "$link" ]; then
+        ln -sfn "$cli" "$link"
+        say "ready: rezolus-ue (linked from $link to .venv/bin/rezolus-ue)"
+        exit 0
+    fi
+    say "$link exists and is not our link: left alone; use $cli"
 fi
 say "ready: .venv/bin/rezolus-ue"

@@ -5,6 +5,11 @@
 set -eu
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh --dev
+# The tools setup.sh installed into .venv/bin (virtme-ng's vng and virtme-run, ruff, the
+# installed CLI) must be found by name by every child, the VM's shell included: nothing
+# may depend on a PATH entry this script did not set.
+PATH="$(pwd)/.venv/bin:$PATH"
+export PATH
 if [ -z "${REZOLUS_UE_TEST_KERNEL:-}" ] && [ -f ../shared/vmkernel/bzImage ]; then
     REZOLUS_UE_TEST_KERNEL=$(realpath ../shared/vmkernel/bzImage)
 fi

@@ -71,6 +71,15 @@ def _kernel_mode() -> tuple[str, str]:
     return "vm", why
 
 
+def _venv_env() -> dict[str, str]:
+    """Return this environment with the venv's bin first on PATH: vng runs virtme-run by
+    name through /bin/sh, and setup.sh installs both into the venv only."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent),
+                                   env.get("PATH", os.defpath)])
+    return env
+
+
 def _which(tool: str) -> str | None:
     here = Path(sys.executable).parent / tool
     return str(here) if here.exists() else shutil.which(tool)
@@ -138,7 +147,7 @@ class VMResults:
         start = time.monotonic()
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=VM_TIMEOUT_S,
-                               cwd=ROOT, stdin=subprocess.DEVNULL)
+                               cwd=ROOT, stdin=subprocess.DEVNULL, env=_venv_env())
             out = f"exit status {p.returncode}\n{p.stdout}{p.stderr}"
         except subprocess.TimeoutExpired as e:
             out = f"VM timed out after {VM_TIMEOUT_S}s\n{e.stdout or ''}{e.stderr or ''}"
