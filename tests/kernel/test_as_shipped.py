@@ -149,9 +149,11 @@ def _settled(agent: AgentProcess) -> dict | None:
     if not st or st.get("pid") != agent.proc.pid:
         return None
     samplers = st["samplers"]
+    # An active BPF sampler whose programs are still loading says "loading: ..."
+    # (BpfSampler.detail); an unavailable one may say "loading x.bpf.o: why".
     busy = {n: s for n, s in samplers.items()
             if s["status"] not in ("active", "unavailable", "disabled")
-            or (s.get("reason") or "").startswith("loading")}
+            or (s["status"] == "active" and (s.get("reason") or "").startswith("loading:"))}
     return None if busy else st
 
 
