@@ -32,10 +32,13 @@ def _load(path: Path) -> tuple[cfg.Config, str | None]:
     from .samplers import options
 
     if path == STDIN:
-        text = sys.stdin.read()
+        try:
+            text = cfg.read_bounded(sys.stdin, "<stdin>")
+        except UnicodeDecodeError:
+            raise ConfigError("<stdin>: not text (expected UTF-8 TOML)") from None
         return cfg.parse(text, options(), Path("<stdin>")), text
-    conf = cfg.load(path, options())
-    return conf, path.read_text()
+    text = cfg.read_text(path)  # once: a pipe cannot be read twice
+    return cfg.parse(text, options(), path), text
 
 
 def _toml_value(opt: cfg.Option, value: object) -> object:

@@ -66,11 +66,16 @@ _PATH_REMEDIES = {
 }
 
 
-def os_error_text(err: OSError | ValueError, path: object, doing: str = "read") -> str:
-    """Return one line saying that ``doing`` ``path`` failed, why, and what to do.
+def os_error_reason(err: OSError | ValueError, doing: str = "read") -> str:
+    """Return why a path could not be used and what to do, as words for a message.
 
     ``err`` is an OSError, or the ValueError the os module raises for a NUL in a path."""
     if not isinstance(err, OSError):
-        return f"cannot {doing} {path!r}: a path cannot contain a NUL character"
-    why = _PATH_REMEDIES.get(err.errno or 0, err.strerror or str(err)).format(doing=doing)
-    return f"cannot {doing} {path}: {why}"
+        return "a path cannot contain a NUL character"
+    return _PATH_REMEDIES.get(err.errno or 0, err.strerror or str(err)).format(doing=doing)
+
+
+def os_error_text(err: OSError | ValueError, path: object, doing: str = "read") -> str:
+    """Return one line saying that ``doing`` ``path`` failed, why, and what to do."""
+    shown = repr(str(path)) if "\0" in str(path) else path
+    return f"cannot {doing} {shown}: {os_error_reason(err, doing)}"
