@@ -162,8 +162,8 @@ class JsonLinesSource:
         self.name = "stdin" if path == "-" else path
         try:
             self.fd = 0 if path == "-" else os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as e:
-            raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
+        except (OSError, ValueError) as e:
+            raise ConfigError(os_error_text(e, path, "read")) from None
         self.lost = 0
         self.exhausted = False
         self._partial = b""
@@ -307,8 +307,11 @@ class ParquetSink:
         """Convert the journal to Parquet files, then delete it."""
         self.journal.close()
         jp = self.journal.path
-        recfile.write_parquet(read_records(jp), self.path, read_meta(jp))
-        jp.unlink()
+        try:
+            recfile.write_parquet(read_records(jp), self.path, read_meta(jp))
+            jp.unlink()
+        except OSError as e:  # the journal stays: `dump --from DIR` converts it later
+            raise RecordingError(os_error_text(e, self.path, "write")) from None
 
 
 @dataclass
@@ -332,7 +335,7 @@ def list_segments(root: Path) -> list[Segment]:
     try:
         entries = list(os.scandir(root))
     except OSError as e:
-        raise RecordingError(f"cannot read {root}: {e.strerror or e}") from None
+        raise RecordingError(os_error_text(e, root, "read")) from None
     for e in entries:
         m = SEGMENT_RE.fullmatch(e.name)
         if m is None:
@@ -400,7 +403,7 @@ class Ring:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise RecordingError(f"cannot create {self.root}: {e.strerror or e}") from None
+            raise RecordingError(os_error_text(e, self.root, "create")) from None
         self._lock_fd = lock_ring(self.root)
         for s in list_segments(self.root):
             if not s.complete:
@@ -496,7 +499,7 @@ def lock_ring(root: Path) -> int:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as e:
-        raise RecordingError(f"cannot create {path}: {e.strerror or e}") from None
+        raise RecordingError(os_error_text(e, path, "create")) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -504,8 +507,12 @@ def lock_ring(root: Path) -> int:
         pid = _read_pid(path)
         raise RecordingError(f"another recorder{f' (pid {pid})' if pid else ''} is writing"
                              f" {root}; stop it or use another --ring") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError as e:  # a full file system
+        os.close(fd)
+        raise RecordingError(os_error_text(e, path, "write")) from None
     return fd
 
 
@@ -524,7 +531,7 @@ def running_recorder(root: Path) -> int | None:
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise RecordingError(f"cannot read {path}: {e.strerror or e}") from None
+        raise RecordingError(os_error_text(e, path, "read")) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
