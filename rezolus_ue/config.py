@@ -8,6 +8,7 @@ the file, the line and what is allowed.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import stat
@@ -33,6 +34,15 @@ DURATION_HELP = "a number with a unit: ns, us, ms, s, m or h (e.g. 100ms, 1s)"
 #: A config file larger than this is refused before it is read: the default one, every
 #: option commented, is 20 KiB (and /dev/zero would otherwise be read until memory ends).
 MAX_CONFIG_BYTES = 1 << 20
+
+
+def path_arg(text: str) -> Path:
+    """Return a command-line path; raise ArgumentTypeError if no file can have it (argparse
+    then names the option), rather than failing later inside an OS call."""
+    if not text or "\0" in text:
+        raise argparse.ArgumentTypeError(f"{shown(text)}: a path must be non-empty and"
+                                         " cannot contain a NUL character")
+    return Path(text)
 
 
 def shown(value: object, width: int = 60) -> str:

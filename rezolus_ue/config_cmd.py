@@ -141,7 +141,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         " exits 1. When run as root or with capabilities, a file writable by its group or"
         " others, or owned by another user, is refused as `run` refuses it.",
     )
-    chk.add_argument("file", metavar="FILE", type=Path, nargs="?",
+    chk.add_argument("file", metavar="FILE", type=cfg.path_arg, nargs="?",
                      help=f"the TOML file, '-' for standard input (default:"
                      f" {cfg.SYSTEM_CONFIG})")
     chk.set_defaults(func=_cmd_check)
@@ -153,7 +153,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         f" at its default value, marked '# {DEFAULT_MARK}'. The output is a valid config"
         " that `run` reads as the same configuration.",
     )
-    show.add_argument("file", metavar="FILE", type=Path, nargs="?",
+    show.add_argument("file", metavar="FILE", type=cfg.path_arg, nargs="?",
                       help=f"the TOML file, '-' for standard input (default:"
                       f" {cfg.SYSTEM_CONFIG} if it exists, else the built-in defaults)")
     show.set_defaults(func=_cmd_show)

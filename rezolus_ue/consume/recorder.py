@@ -44,7 +44,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..config import DURATION_HELP, format_duration, parse_duration
+from ..config import DURATION_HELP, format_duration, parse_duration, path_arg
 from ..errors import ConfigError, RezolusError, os_error_text
 from ..metrics import h2
 from . import recfile
@@ -1159,7 +1159,7 @@ def add_record_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-wait", action="store_true",
                    help="exit at once if the agent is not running, instead of waiting")
     ring = p.add_argument_group("flight recorder")
-    ring.add_argument("--ring", type=Path, metavar="DIR",
+    ring.add_argument("--ring", type=path_arg, metavar="DIR",
                       help="keep a rolling window in segment files in DIR")
     ring.add_argument("--max-size", type=_arg_ring_size, metavar="SIZE",
                       help=f"bound the segments' total size: {SIZE_HELP} (default 100M)")
@@ -1183,12 +1183,12 @@ def add_dump_parser(sub: argparse._SubParsersAction) -> None:
         " read directly. With --from, convert or trim an existing recording instead.",
         epilog=_DUMP_EPILOG,
     )
-    p.add_argument("outfile", type=Path, metavar="OUTFILE",
+    p.add_argument("outfile", type=path_arg, metavar="OUTFILE",
                    help="recording to write (a directory for --format parquet)")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--ring", type=Path, default=DEFAULT_RING, metavar="DIR",
+    src.add_argument("--ring", type=path_arg, default=DEFAULT_RING, metavar="DIR",
                      help=f"the flight recorder's directory (default {DEFAULT_RING})")
-    src.add_argument("--from", dest="source", type=Path, metavar="FILE",
+    src.add_argument("--from", dest="source", type=path_arg, metavar="FILE",
                      help="read this recording (file, Parquet directory, or ring directory)")
     p.add_argument("--last", type=_arg_duration, metavar="DURATION",
                    help="only the records of the last DURATION before the newest one")
