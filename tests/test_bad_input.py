@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
+import io
 import json
 import logging
 import os
+import signal
 import stat
 import struct
 import subprocess
@@ -65,10 +68,34 @@ def raw_block(kind: int, payload: bytes, flags: int = 0, hint: int = 0) -> bytes
     return head + struct.pack("<I", zlib.crc32(payload, zlib.crc32(head))) + payload
 
 
+@functools.cache
+def zlib_bomb(gib: int = 1) -> bytes:
+    """Return a valid zlib stream of ``gib`` GiB of zeros (~1 MiB per GiB), made fast:
+    one MiB deflated after a full flush repeats byte for byte, and the Adler-32 of n
+    zeros is (n mod 65521) << 16 | 1."""
+    z = zlib.compressobj(9, zlib.DEFLATED, -15)
+    unit = z.compress(bytes(1 << 20)) + z.flush(zlib.Z_FULL_FLUSH)
+    n = gib << 30
+    body = b"\x78\xda" + unit * (n >> 20) + z.flush()
+    out = body + struct.pack(">I", (n % 65521) << 16 | 1)
+    assert zlib.decompressobj().decompress(out, 1 << 20) == bytes(1 << 20)
+    return out
+
+
 def run_cli(*argv: str) -> tuple[int, str]:
-    p = subprocess.run([sys.executable, "-m", "rezolus_ue", *argv], capture_output=True,
-                       text=True, timeout=120, stdin=subprocess.DEVNULL)
-    return p.returncode, p.stderr
+    """Run the CLI in-process (a process each is slow on a loaded machine); return its
+    exit status and what it printed on stderr."""
+    err = io.StringIO()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = cli.main(list(argv))
+    except SystemExit as e:
+        code = int(e.code or 0)
+    finally:
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
+    return code, err.getvalue()
 
 
 # --- the reader follows its reading rule ----------------------------------------------------
@@ -136,8 +163,7 @@ def test_bad_compressed_data_and_bombs_are_skipped_within_bounds(tmp_path: Path)
     import tracemalloc
 
     _path, blocks = recording(tmp_path)
-    z = zlib.compressobj(9)
-    bomb = z.compress(bytes(1 << 30)) + z.flush()  # 1 GiB of zeros in ~1 MiB
+    bomb = zlib_bomb()  # 1 GiB of zeros in ~1 MiB
     honest_hint = recfile.encode_block(KIND_DATA, bytes(4096))
     cases = [
         raw_block(KIND_DATA, b"not zlib at all", recfile.FLAG_ZLIB),
@@ -501,3 +527,26 @@ def test_cli_translates_a_path_os_error_that_escaped(monkeypatch: pytest.MonkeyP
     assert capsys.readouterr().err == ("rezolus-ue: error: cannot use /etc/x: permission"
                                        " denied: run as a user who may use it, or choose"
                                        " another path\n")
+
+
+def test_tail_of_a_small_bomb_stays_small(tmp_path: Path) -> None:
+    """The issue's case: a 2 MB recording whose block inflates to 2 GiB took `tail --from`
+    to 4.2 GB. Its peak RSS now stays within the payload cap plus the interpreter."""
+    _path, blocks = recording(tmp_path)
+    bomb = zlib_bomb(2)
+    path = tmp_path / "bomb.rzr"
+    path.write_bytes(blocks[0] + raw_block(KIND_DATA, bomb, recfile.FLAG_ZLIB)
+                     + b"".join(blocks[1:]))
+    # A parent of its own, so RUSAGE_CHILDREN's peak is this one child's.
+    probe = ("import resource, subprocess, sys;"
+             "p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE);"
+             "sys.stderr.buffer.write(p.stderr);"
+             "print(len(p.stdout.splitlines()), p.returncode,"
+             " resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    p = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "rezolus_ue",
+                        "tail", "--from", str(path)], capture_output=True, text=True,
+                       timeout=120)
+    lines, code, rss_kib = map(int, p.stdout.split())
+    assert code == 0 and "1 undecodable block" in p.stderr, p.stderr
+    assert lines == sum(records_of(blocks).values())
+    assert rss_kib < 400 << 10, rss_kib

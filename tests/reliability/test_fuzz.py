@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_bad_input import zlib_bomb
 from test_config import _DOCS
 from test_recorder import workload
 
@@ -272,8 +273,7 @@ def test_decompression_bombs_stay_within_memory() -> None:
     import tracemalloc
 
     data, blocks = _base(4)
-    z = zlib.compressobj(9)
-    bomb = z.compress(bytes(1 << 30)) + z.flush()
+    bomb = zlib_bomb()
     for stored, hint in ((bomb, 0), (bomb, 0xFFFF), (bomb, 3), (bomb[: len(bomb) // 16], 0)):
         head = recfile.HEADER.pack(recfile.SYNC, KIND_DATA, 1, hint, len(stored), 0)[:12]
         blk = head + recfile._U32.pack(zlib.crc32(stored, zlib.crc32(head))) + stored
