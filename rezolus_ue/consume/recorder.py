@@ -1152,7 +1152,9 @@ def add_record_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("native", "parquet"),
                    help="native .rzr (default) or parquet (default if FILE ends .parquet;"
                    " needs pyarrow)")
-    p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite FILE if it is a regular file (or a Parquet recording"
+                   " directory); nothing else is ever replaced")
     p.add_argument("--flush", type=_arg_duration, default=10**9, metavar="DURATION",
                    help="write buffered records this often: a crash loses at most this much"
                    " (default 1s)")
@@ -1194,7 +1196,9 @@ def add_dump_parser(sub: argparse._SubParsersAction) -> None:
                    help="only the records of the last DURATION before the newest one")
     p.add_argument("--format", choices=("native", "parquet"),
                    help="native .rzr (default) or parquet (default if OUTFILE ends .parquet)")
-    p.add_argument("--force", action="store_true", help="overwrite OUTFILE if it exists")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite OUTFILE if it is a regular file (or a Parquet recording"
+                   " directory); nothing else is ever replaced")
     p.add_argument("--timeout", type=_arg_duration, default=60 * 10**9, metavar="DURATION",
                    help="how long to wait for the recorder's answer (default 60s)")
     p.set_defaults(func=run_dump)
