@@ -36,6 +36,13 @@ DURATION_HELP = "a number with a unit: ns, us, ms, s, m or h (e.g. 100ms, 1s)"
 MAX_CONFIG_BYTES = 1 << 20
 
 
+def _cut(text: str, width: int = 160) -> str:
+    """Return a parser's message on one line of at most ``width`` characters (it may
+    quote a whole 100 KB key)."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def path_arg(text: str) -> Path:
     """Return a command-line path; raise ArgumentTypeError if no file can have it (argparse
     then names the option), rather than failing later inside an OS call."""
@@ -295,7 +302,7 @@ def parse(text: str, samplers: Mapping[str, tuple[Option, ...]],
         doc = tomlkit.parse(text).unwrap()
     except tomlkit.exceptions.ParseError as e:
         msg = str(e).split(" at line ")[0]
-        raise ConfigError(f"{where}:{e.line}: invalid TOML: {msg}") from None
+        raise ConfigError(f"{where}:{e.line}: invalid TOML: {_cut(msg)}") from None
     except tomlkit.exceptions.TOMLKitError as e:  # e.g. a key defined twice
         # tomlkit keeps no position for these; the standard parser's message has one.
         line = 1
@@ -304,7 +311,7 @@ def parse(text: str, samplers: Mapping[str, tuple[Option, ...]],
         except tomllib.TOMLDecodeError as te:
             m = re.search(r"at line (\d+)", str(te))
             line = int(m.group(1)) if m else 1
-        raise ConfigError(f"{where}:{line}: invalid TOML: {e}") from None
+        raise ConfigError(f"{where}:{line}: invalid TOML: {_cut(str(e))}") from None
     lines = _KeyLines(text)
 
     def fail(table: tuple[str, ...], key: str | None, msg: str) -> ConfigError:

@@ -120,6 +120,42 @@ def test_bad_values_exit_with_a_message_not_a_traceback(
     assert argv[-1] in err or "--interval" in err or "-s" in err
 
 
+# --- configs: a seeded campaign of hostile lines (issue #17) -------------------------------
+
+_FRAGMENTS = [" " * 3000, "\t" * 500, "[" * 200, "]" * 200, "=" * 100, '"' * 101, "'", ".",
+              "agent", "samplers", "publish_interval", "a" * 5000, "\\", "#", "{", "}",
+              "\u0000", "é", "1s", "[agent]", "[samplers.cpu_usage]", "enabled = true",
+              "x = [", "[[a]]", ' = "', "\r", "0x", "1e999", "inf"]
+
+
+def test_hostile_config_lines_fail_in_one_line_in_linear_time(tmp_path: Path) -> None:
+    """300 configs built from the fragments that made parsers backtrack or recurse: one
+    short FILE:LINE error or a valid config, in CPU time proportional to the size (a
+    generous multiple of an honest config's cost, measured in the same run)."""
+    import time
+
+    honest = "[agent]\n" + "".join(f"# {i:08d} {'x' * 60}\n" for i in range(300))
+    t = time.process_time()
+    for _ in range(5):
+        config.parse(honest, OPTS)
+    per_byte = (time.process_time() - t) / 5 / len(honest)
+    path = tmp_path / "hostile.toml"
+    for seed in range(300):
+        rng = random.Random(seed)
+        lines = ["".join(rng.choice(_FRAGMENTS) for _ in range(rng.randint(1, 6)))
+                 for _ in range(rng.randint(1, 8))]
+        text = "\n".join(lines) + "\n"
+        path.write_text(text)
+        t = time.process_time()
+        try:
+            config.load(path, OPTS)
+        except ConfigError as e:
+            assert re.match(rf"{re.escape(str(path))}:\d+: ", str(e)), (seed, str(e))
+            assert len(str(e)) < 400 and "\n" not in str(e), (seed, str(e))
+        spent = time.process_time() - t
+        assert spent < 100 * per_byte * len(text) + 0.5, (seed, spent, len(text))
+
+
 # --- recordings: seeded campaigns (issue #17) ----------------------------------------------
 #
 # Each campaign is a fixed number of seeded mutations: reproducible, and bounded in time
