@@ -54,8 +54,7 @@ def path_arg(text: str) -> Path:
 
 def shown(value: object, width: int = 60) -> str:
     """Return ``repr(value)``, cut to ``width`` characters: errors stay one short line."""
-    text = repr(value)
-    return text if len(text) <= width else text[: width - 3] + "..."
+    return _cut(repr(value), width)
 
 
 def parse_duration(text: str) -> int:
