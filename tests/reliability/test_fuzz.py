@@ -411,9 +411,11 @@ _FILE_COMMANDS = [
 
 
 def test_file_commands_with_hostile_paths_fail_in_one_line(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Every file-taking command with every kind of bad path: exit 0, 1 or 2, one line,
     never an internal error; and /dev/null, directories and links are left as they were."""
+    monkeypatch.chdir(tmp_path)  # "-" as an output is a file named "-"
     paths = _hostile_paths(tmp_path)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
     n = 0
