@@ -47,7 +47,11 @@ def _probe_user_events(root: Path | None) -> Result:
     if root is None:
         return Result("user_events", "fail", "needs tracefs (see above)", required=True)
     path = root / "user_events_data"
-    if not Tracefs(root).has_user_events:
+    try:
+        present = Tracefs(root).has_user_events
+    except TracefsError as e:  # tracefs unreadable by this user
+        return Result("user_events", "fail", str(e), required=True)
+    if not present:
         return Result("user_events", "fail", missing_user_events_hint(root, more=False),
                       required=True)
     try:
@@ -119,7 +123,11 @@ def _probe_perf() -> list[Result]:
 
 
 def _probe_kprobes(root: Path | None) -> Result:
-    if root is not None and (root / "kprobe_events").exists():
+    try:
+        present = root is not None and (root / "kprobe_events").exists()
+    except OSError as e:
+        return Result("kprobes", "warn", f"cannot read {root}: {e.strerror}")
+    if present:
         return Result("kprobes", "pass", f"{root}/kprobe_events present")
     return Result("kprobes", "warn", "no kprobe_events: kernel lacks CONFIG_KPROBE_EVENTS;"
                   " samplers that need kprobes will be unavailable (tracepoints still work)")

@@ -32,10 +32,13 @@ def _load(path: Path) -> tuple[cfg.Config, str | None]:
     from .samplers import options
 
     if path == STDIN:
-        text = sys.stdin.read()
+        try:
+            text = cfg.read_bounded(sys.stdin, "<stdin>")
+        except UnicodeDecodeError:
+            raise ConfigError("<stdin>: not text (expected UTF-8 TOML)") from None
         return cfg.parse(text, options(), Path("<stdin>")), text
-    conf = cfg.load(path, options())
-    return conf, path.read_text()
+    text = cfg.read_text(path)  # once: a pipe cannot be read twice
+    return cfg.parse(text, options(), path), text
 
 
 def _toml_value(opt: cfg.Option, value: object) -> object:
@@ -138,7 +141,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         " exits 1. When run as root or with capabilities, a file writable by its group or"
         " others, or owned by another user, is refused as `run` refuses it.",
     )
-    chk.add_argument("file", metavar="FILE", type=Path, nargs="?",
+    chk.add_argument("file", metavar="FILE", type=cfg.path_arg, nargs="?",
                      help=f"the TOML file, '-' for standard input (default:"
                      f" {cfg.SYSTEM_CONFIG})")
     chk.set_defaults(func=_cmd_check)
@@ -150,7 +153,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         f" at its default value, marked '# {DEFAULT_MARK}'. The output is a valid config"
         " that `run` reads as the same configuration.",
     )
-    show.add_argument("file", metavar="FILE", type=Path, nargs="?",
+    show.add_argument("file", metavar="FILE", type=cfg.path_arg, nargs="?",
                       help=f"the TOML file, '-' for standard input (default:"
                       f" {cfg.SYSTEM_CONFIG} if it exists, else the built-in defaults)")
     show.set_defaults(func=_cmd_show)
