@@ -144,3 +144,18 @@ def test_promql_names_exist() -> None:
         for name in re.findall(r"\brezolus_\w+", e.text):
             base = name.removesuffix("_histogram_bucket")
             assert base in served, f"{e.source}:{e.line}: {name} is not exported"
+
+
+def test_man_page_says_what_top_subscribes_to_and_attaches() -> None:
+    """rezolus-ue(8) lists top's events and the BPF samplers they make the agent attach."""
+    from rezolus_ue.consume.top_model import TOP_EVENTS
+    from rezolus_ue.samplers import REGISTRY
+    from rezolus_ue.samplers.bpf_sampler import BpfSampler
+
+    page = (ROOT / "man/rezolus-ue.8").read_text()
+    para = page.split("subscribes only to the events its panels show", 1)[1].split(".ad\n")[0]
+    events, samplers = para.split("BPF programs of")
+    assert sorted(re.findall(r"\b(rezolus_\w+)", events)) == sorted(TOP_EVENTS)
+    bpf = [n for n, c in REGISTRY.items() if issubclass(c, BpfSampler)
+           and {e.name for e in c.events()} & set(TOP_EVENTS)]
+    assert sorted(re.findall(r"^\.BR? (\w+)", samplers, re.M)) == sorted(bpf)
