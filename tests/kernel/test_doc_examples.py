@@ -82,9 +82,13 @@ class Shell:
                 for s in steps]
         lines = ["set -e"]
         if namespace:
-            lines += [f"mkdir -p {self.cwd}/.etc/up {self.cwd}/.etc/work",
-                      f"mount -t overlay overlay -o lowerdir=/etc,upperdir={self.cwd}/.etc/up,"
-                      f"workdir={self.cwd}/.etc/work /etc",
+            # The overlay's upper layer on a tmpfs of its own: it cannot be an overlayfs
+            # (the VM's /tmp is one).
+            etc = self.cwd / ".etc"
+            lines += [f"mkdir -p {etc} && mount -t tmpfs tmpfs {etc}",
+                      f"mkdir {etc}/up {etc}/work",
+                      f"mount -t overlay overlay -o lowerdir=/etc,upperdir={etc}/up,"
+                      f"workdir={etc}/work /etc",
                       "mount -t tmpfs tmpfs /var/lib"]
         for i, k in enumerate(keys):
             if glue and i in glue:
