@@ -206,10 +206,14 @@ def claim_pattern(claim: str) -> re.Pattern[str]:
     return re.compile(r"\s*" + "".join(parts) + r"\s*")
 
 
+#: Claim lines that show the reader's terminal, not the program's output.
+NOT_OUTPUT = ("...", "^C")
+
+
 def unmatched_claims(claims: tuple[str, ...], output: str) -> list[str]:
     """Return the claims no line of ``output`` matches (a bare ``...`` claims nothing)."""
     lines = output.splitlines()
-    return [c for c in claims if c.strip() != "..."
+    return [c for c in claims if c.strip() not in NOT_OUTPUT
             and not any(claim_pattern(c).fullmatch(ln) for ln in lines)]
 
 
