@@ -33,8 +33,10 @@ BPF_NOTE = ("BPF programs are loaded and attached only while a consumer has one 
 def watch_commands(event: EventSchema, tracefs: Path) -> tuple[str, str]:
     """Return the perf and the ftrace command that show ``event``'s records."""
     perf = f"perf record -e {GROUP}:{event.name} -a -- sleep 5 && perf script"
-    ev = tracefs / "events" / GROUP / event.name / "enable"
-    ftrace = f"echo 1 > {ev} && cat {tracefs}/trace_pipe"
+    # An instance of our own: the global buffer is everyone else's tracing too.
+    inst = tracefs / "instances" / "rezolus"
+    ftrace = (f"mkdir -p {inst} && echo 1 > {inst}/events/{GROUP}/{event.name}/enable"
+              f" && cat {inst}/trace_pipe")
     return perf, ftrace
 
 
