@@ -1,0 +1,212 @@
+"""A failing sampler, seen by a user: the agent publishes why, `events` and the exporter say it.
+
+The agent runs as a user would run it (a subprocess, the shipped configs/default.toml)
+with one change: its procfs root is a tree of links to /proc in which /proc/net/snmp is a
+copy. Once the exporter (a consumer of every event) has the network_protocol sampler
+running, the copy is corrupted in place, so every refresh of that sampler raises: it is
+"failed", with its error and a growing count, while the others go on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from rezolus_ue.agent import read_status
+from rezolus_ue.consume.subscription import Subscription
+
+from .conftest import wait_for
+from .test_agent_e2e import ROOT, AgentProcess
+
+pytestmark = pytest.mark.kernel
+FAILING = "network_protocol"
+
+
+def fake_procfs(tmp: Path) -> Path:
+    """Return a procfs root of links to /proc, except net/snmp: a copy to corrupt."""
+    root = tmp / "proc"
+    root.mkdir()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() and entry != "net":
+            (root / entry).symlink_to(f"/proc/{entry}")
+    (root / "net").mkdir()
+    for entry in os.listdir("/proc/net"):
+        if entry != "snmp":
+            (root / "net" / entry).symlink_to(f"/proc/net/{entry}")
+    (root / "net" / "snmp").write_bytes(Path("/proc/net/snmp").read_bytes())
+    return root
+
+
+def corrupt_snmp(procfs: Path) -> None:
+    """Overwrite the Tcp values line of the copy in place (the sampler keeps it open)."""
+    path = procfs / "net" / "snmp"
+    lines = path.read_text().splitlines()
+    values = [i for i, ln in enumerate(lines) if ln.startswith("Tcp:")][1]
+    lines[values] = "Tcp: oops"
+    with open(path, "r+") as f:
+        f.truncate(0)
+        f.write("\n".join(lines) + "\n")
+
+
+def sampler_status(name: str) -> dict:
+    return ((read_status() or {}).get("samplers") or {}).get(name) or {}
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return r.read().decode()
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    """Return the value of the series ``name`` whose labels include ``labels``."""
+    for line in text.splitlines():
+        m = re.match(rf"{name}(?:\{{(.*)\}})? (\S+)$", line)
+        if m and all(f'{k}="{v}"' in (m.group(1) or "") for k, v in labels.items()):
+            return float(m.group(2))
+    return None
+
+
+def test_a_failing_sampler_is_named_with_its_error_and_count_everywhere(tracefs, tmp_path):
+    procfs = fake_procfs(tmp_path)
+    conf = tmp_path / "config.toml"
+    shipped = (ROOT / "configs" / "default.toml").read_text()
+    assert 'procfs = "/proc"' in shipped
+    conf.write_text(shipped.replace('procfs = "/proc"', f'procfs = "{procfs}"', 1))
+    agent = AgentProcess("--config", str(conf))
+    exporter = subprocess.Popen(
+        [sys.executable, "-m", "rezolus_ue", "exporter", "--listen", "127.0.0.1:0"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        agent.wait_registered(tracefs)
+        line = exporter.stderr.readline()  # type: ignore[union-attr]
+        m = re.search(r"(http://\S+/metrics)", line)
+        assert m, f"exporter said {line!r}"
+        url = m.group(1)
+        # The exporter consumes every event: the sampler runs (BPF samplers load too,
+        # slowly under emulation, which is why the deadlines are long).
+        wait_for(lambda: sampler_status(FAILING).get("status") == "active", timeout=240,
+                 step=0.5)
+        corrupt_snmp(procfs)
+        seen: list[dict] = []
+
+        def failed_twice() -> bool:
+            seen[:] = [sampler_status(FAILING)]
+            return seen[0].get("status") == "failed" and seen[0].get("errors", 0) >= 2
+
+        try:
+            wait_for(failed_twice, timeout=120, step=0.5)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; status.json said {seen}; agent:\n{agent.output()}"
+                                 ) from None
+        error = seen[0]["last_error"]
+        assert error.startswith("IndexError"), seen  # a sampler bug: its type and text
+        assert f"sampler {FAILING}: refresh failed (1 errors): {error}" in agent.output()
+
+        # `rezolus-ue events`: the sampler's row says failed, its count, its error.
+        out = subprocess.run([sys.executable, "-m", "rezolus_ue", "events"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        row = re.compile(rf"│ {FAILING}\s+│ failed\s+│\s+(\d+) │.*{re.escape(error[:30])}")
+        m = next((m for ln in out.stdout.splitlines() if (m := row.search(ln))), None)
+        assert m and int(m.group(1)) >= 2, out.stdout
+
+        # The published records: rezolus_agent_status names it, with the same error.
+        with Subscription(["rezolus_agent_status"], wait=False, tracefs=tracefs) as sub:
+            recs: list = []
+
+            def published() -> bool:
+                recs.extend(r.fields for r in sub.poll(200)
+                            if r.fields["sampler"] == FAILING)
+                return bool(recs) and recs[-1]["state"] == "failed"
+
+            wait_for(published, timeout=60, step=0)
+        rec = recs[-1]
+        assert (rec["last_error"], rec["reason"]) == (error, ""), rec
+        assert rec["errors"] >= 2
+
+        # The exporter: the per-sampler counters add up to the agent's total, and the
+        # failing sampler's counter equals its status gauge (one scrape: one agent tick).
+        got: dict = {}
+
+        def consistent() -> bool:
+            text = scrape(url)
+            total = metric(text, "rezolus_agent_refresh_errors_total")
+            per = [float(v) for v in re.findall(
+                r'^rezolus_agent_sampler_errors_total\{sampler="[^"]+"\} (\S+)$', text, re.M)]
+            mine = metric(text, "rezolus_agent_sampler_errors_total", sampler=FAILING)
+            gauge = metric(text, "rezolus_agent_status_errors", sampler=FAILING,
+                           state="failed", last_error=error)
+            got.update(total=total, per=per, mine=mine, gauge=gauge)
+            return (total is not None and mine is not None and mine >= 2
+                    and sum(per) == total and gauge == mine)
+
+        try:
+            wait_for(consistent, timeout=60, step=0.5)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; scraped {json.dumps(got)}") from None
+        # The others went on: cpu_usage is still sampled and has no errors.
+        assert sampler_status("cpu_usage").get("status") == "active"
+        assert sampler_status("cpu_usage").get("errors") == 0
+        top_names_it(error)
+    finally:
+        if exporter.poll() is None:
+            exporter.terminate()
+            try:
+                exporter.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                exporter.kill()
+        agent.stop()
+        agent.log.close()
+
+
+def top_names_it(error: str) -> None:
+    """`rezolus-ue top` under tmux: its SAMPLER panel lists the failing sampler with its
+    error, key e shows it on the samplers screen, and the header has load and PSI."""
+    import shutil
+
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.skip("tmux is not installed (scripts/setup.sh --dev installs it)")
+    sess = f"rezolus_status_{os.getpid()}"
+    env = {**os.environ, "TERM": "xterm-256color"}
+
+    def tm(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([tmux, *args], capture_output=True, text=True, env=env,
+                              timeout=30)
+
+    def screen() -> str:
+        return tm("capture-pane", "-p", "-t", sess).stdout
+
+    shown: list[str] = []
+
+    def showing(*texts: str) -> bool:
+        shown[:] = [screen()]
+        return all(t in shown[0] for t in texts)
+
+    tm("new-session", "-d", "-s", sess, "-x", "140", "-y", "40",
+       f"cd {ROOT} && {sys.executable} -m rezolus_ue top --interval 1s")
+    try:
+        try:
+            # The panel's row: name, state, count, then the error (cut to the column).
+            wait_for(lambda: showing("SAMPLER", "load ", "psi ") and re.search(
+                rf"{FAILING}\s+failed\s+\d+\s+{re.escape(error[:20])}", shown[0]),
+                timeout=180, step=0.5)
+            tm("send-keys", "-t", sess, "e")
+            wait_for(lambda: showing("Samplers of the running agent", "cpu_usage",
+                                     error), timeout=30, step=0.2)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; the screen:\n{shown[0] if shown else ''}") from None
+        tm("send-keys", "-t", sess, "q")  # closes the samplers screen
+        wait_for(lambda: showing("HISTOGRAM"), timeout=30, step=0.2)
+        tm("send-keys", "-t", sess, "q")
+        wait_for(lambda: tm("has-session", "-t", sess).returncode != 0, timeout=30,
+                 step=0.2)
+    finally:
+        tm("kill-session", "-t", sess)
