@@ -24,6 +24,7 @@ from rezolus_ue.consume.subscription import Subscription
 
 from .conftest import wait_for
 from .test_agent_e2e import ROOT, AgentProcess
+from .tmux import tmux_session
 
 pytestmark = pytest.mark.kernel
 FAILING = "network_protocol"
@@ -169,44 +170,25 @@ def test_a_failing_sampler_is_named_with_its_error_and_count_everywhere(tracefs,
 def top_names_it(error: str) -> None:
     """`rezolus-ue top` under tmux: its SAMPLER panel lists the failing sampler with its
     error, key e shows it on the samplers screen, and the header has load and PSI."""
-    import shutil
-
-    tmux = shutil.which("tmux")
-    if tmux is None:
-        pytest.skip("tmux is not installed (scripts/setup.sh --dev installs it)")
-    sess = f"rezolus_status_{os.getpid()}"
-    env = {**os.environ, "TERM": "xterm-256color"}
-
-    def tm(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([tmux, *args], capture_output=True, text=True, env=env,
-                              timeout=30)
-
-    def screen() -> str:
-        return tm("capture-pane", "-p", "-t", sess).stdout
-
     shown: list[str] = []
+    with tmux_session(f"cd {ROOT} && {sys.executable} -m rezolus_ue top --interval 1s",
+                      140, 40) as t:
 
-    def showing(*texts: str) -> bool:
-        shown[:] = [screen()]
-        return all(t in shown[0] for t in texts)
+        def showing(*texts: str) -> bool:
+            shown[:] = [t.screen()]
+            return all(x in shown[0] for x in texts)
 
-    tm("new-session", "-d", "-s", sess, "-x", "140", "-y", "40",
-       f"cd {ROOT} && {sys.executable} -m rezolus_ue top --interval 1s")
-    try:
         try:
             # The panel's row: name, state, count, then the error (cut to the column).
             wait_for(lambda: showing("SAMPLER", "load ", "psi ") and re.search(
                 rf"{FAILING}\s+failed\s+\d+\s+{re.escape(error[:20])}", shown[0]),
                 timeout=180, step=0.5)
-            tm("send-keys", "-t", sess, "e")
-            wait_for(lambda: showing("Samplers of the running agent", "cpu_usage",
-                                     error), timeout=30, step=0.2)
+            t.keys("e")
+            wait_for(lambda: showing("Samplers of the running agent", "cpu_usage", error),
+                     timeout=30, step=0.2)
         except AssertionError as e:
             raise AssertionError(f"{e}; the screen:\n{shown[0] if shown else ''}") from None
-        tm("send-keys", "-t", sess, "q")  # closes the samplers screen
+        t.keys("q")  # closes the samplers screen first
         wait_for(lambda: showing("HISTOGRAM"), timeout=30, step=0.2)
-        tm("send-keys", "-t", sess, "q")
-        wait_for(lambda: tm("has-session", "-t", sess).returncode != 0, timeout=30,
-                 step=0.2)
-    finally:
-        tm("kill-session", "-t", sess)
+        t.keys("q")
+        wait_for(t.ended, timeout=30, step=0.2)
