@@ -163,6 +163,14 @@ class Agent:
             reason = e.reason if isinstance(e, SamplerUnavailable) else str(e)
             log.warning("sampler %s unavailable: %s", name, reason)
             return SamplerState(name, None, "unavailable", reason)
+        except Exception as e:  # a sampler bug (e.g. a parse of what it found) is its own
+            with contextlib.suppress(Exception):
+                sampler.close()
+            st = SamplerState(name, None, "unavailable")
+            self._count_error(st, error_text(e))
+            st.reason = f"failed to start: {st.last_error}"
+            log.error("sampler %s %s", name, st.reason)
+            return st
         return SamplerState(name, sampler, "idle", sampler.detail)
 
     def _stop_sampler(self, st: SamplerState) -> None:

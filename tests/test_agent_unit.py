@@ -698,6 +698,21 @@ def test_start_without_user_events_raises(tmp_path: Path) -> None:
     agent.close()  # nothing was opened: closing is harmless
 
 
+def test_a_sampler_that_raises_at_start_is_unavailable_and_counted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sampler bug at start (here a parse of what it found) must not stop the agent."""
+    def broken_start(self: CpuUsage) -> None:
+        raise ValueError("invalid literal for int() with base 10: b'oops'")
+
+    monkeypatch.setattr(CpuUsage, "start", broken_start)
+    agent = make_agent()
+    agent.publisher = FakePublisher()  # type: ignore[assignment]
+    st = agent._start_sampler("cpu_usage")
+    assert (st.state, st.errors, agent.sampler_errors) == ("unavailable", 1, 1)
+    assert st.reason == ("failed to start: ValueError: invalid literal for int() with base"
+                         " 10: b'oops'")
+
+
 def test_close_closes_every_sampler_even_if_one_raises() -> None:
     a, boom, b = FakeSampler(), FakeSampler(fail=True), FakeSampler()
     agent = make_agent(a=a, boom=boom, gone=None, b=b)
