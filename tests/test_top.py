@@ -757,3 +757,39 @@ def test_every_histogram_row_name_says_its_subsystem_at_80_columns() -> None:
         name = top.fit_hist_name(top.hist_subject(fam.event, h.name, h.unit), "x" * 40, 23)
         first = fam.event.removeprefix("rezolus_").split("_")[0]
         assert name.split()[0] in (first, short.get(first)), (fam.event, name)
+
+
+def test_rows_of_one_histogram_event_share_one_subject() -> None:
+    host = Host()
+    m = Model()
+    for _ in range(2):
+        recs = host.records()
+        for op in ("read", "poll", "filesystem"):
+            recs += hist_recs("rezolus_syscall_latency", host.t + 95, (op,), (S,), [5000])
+        m.ingest(recs)
+        m.flush()
+        host.advance()
+    rows = [ln for ln in text_of(m, 80, 40).split("\n") if ln.startswith("syscall")]
+    # "filesystem" needs the short form at 80 columns; its siblings follow it.
+    assert [r.split()[:3] for r in rows] == [["syscall", "lat", op]
+                                           for op in ("filesystem", "poll", "read")], rows
+
+
+def test_loop_draws_the_first_screen_before_subscribing(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    r, w = os.pipe()
+    live = FakeLive()
+
+    def subscribe(wait: bool) -> FakeSubscription:
+        assert wait and live.frames, "subscribed before anything was drawn"
+        return FakeSubscription(1, w)
+
+    monkeypatch.setattr(top, "_subscribe", subscribe)
+    try:
+        console = SimpleNamespace(size=SimpleNamespace(width=80, height=24))
+        top._loop([None], Model(), UiState(), live, console, r)
+    finally:
+        os.close(r)
+        os.close(w)
+    assert "subscribing to" in live.frames[0]
+    assert any("CPU " in f for f in live.frames)

@@ -638,16 +638,17 @@ _ABBREVIATIONS = (("sampler ", ""), ("scheduler", "sched"), ("runqueue", "runq")
 
 
 @functools.lru_cache(maxsize=1024)
-def fit_hist_name(subject: str, label: str, width: int) -> str:
+def fit_hist_name(subject: str, label: str, width: int, longest: int = 0) -> str:
     """Return a histogram row's name in ``width`` cells: the subject's words abbreviated
     first, then the label cut (a path from the left: its tail says the most), so the
-    reader always sees which subsystem and metric a row is."""
-    name = f"{subject} {label}".rstrip()
+    reader always sees which subsystem and metric a row is. ``longest``: the longest
+    label of the rows of this event shown, so that they share one subject."""
+    need = max(len(label), longest)
     for long, short in _ABBREVIATIONS:
-        if len(name) <= width:
-            return name
+        if len(subject) + (need and need + 1) <= width:
+            break
         subject = subject.replace(long, short)
-        name = f"{subject} {label}".rstrip()
+    name = f"{subject} {label}".rstrip()
     if len(name) <= width:
         return name
     room = width - len(subject) - 1
@@ -657,8 +658,13 @@ def fit_hist_name(subject: str, label: str, width: int) -> str:
     return name[: max(width - 1, 0)] + "…" if width > 0 else ""
 
 
-def _fit_hist(h: HistRow, width: int) -> str:
-    return fit_hist_name(hist_subject(h.event, h.metric, h.unit), _clean(h.label), width)
+def _fit_hists(hists: Sequence[HistRow]) -> Callable[[HistRow, int], str]:
+    """Return the name fitter of a histogram table's rows: one subject per event."""
+    longest: dict[str, int] = {}
+    for h in hists:
+        longest[h.event] = max(longest.get(h.event, 0), len(h.label))
+    return lambda h, width: fit_hist_name(hist_subject(h.event, h.metric, h.unit),
+                                          _clean(h.label), width, longest[h.event])
 
 
 def _sched_block(v: View, width: int, ui: UiState) -> _Block | None:
@@ -691,7 +697,7 @@ def _sched_block(v: View, width: int, ui: UiState) -> _Block | None:
 def _hist_table(hists: Sequence[HistRow], width: int, lines: int) -> list[Text]:
     spark_w = max(0, min(24, width - 58))
     cols = [
-        _Col("HISTOGRAM", 10, _hist_name, fit=_fit_hist),
+        _Col("HISTOGRAM", 10, _hist_name, fit=_fit_hists(hists[: max(lines - 1, 0)])),
         _Col("n", 5, lambda h: fmt_int(h.count), drop=2),
         _Col("p50", 6, lambda h: fmt_value(h.p50, h.unit), drop=3),
         _Col("p90", 6, lambda h: fmt_value(h.p90, h.unit), drop=4),
