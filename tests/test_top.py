@@ -12,6 +12,7 @@ import os
 import re
 import termios
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import numpy as np
@@ -547,17 +548,23 @@ class FakeLive:
         self.frames.append(renderable.plain)
 
 
-def test_loop_draws_a_frame_per_tick_and_quits_on_q() -> None:
+def run_loop(live: FakeLive, sub: Callable[[int], FakeSubscription | None],
+             keys: bytes = b"") -> None:
+    """Run top's loop on an 80x24 screen until the stand-in subscription has quit it;
+    ``sub(key_fd)`` is the subscription to start with (None: the loop subscribes)."""
     r, w = os.pipe()
     try:
-        os.write(w, b"s")
-        sub = FakeSubscription(3, w)
-        live = FakeLive()
+        os.write(w, keys)
         console = SimpleNamespace(size=SimpleNamespace(width=80, height=24))
-        top._loop([sub], Model(), UiState(), live, console, r)
+        top._loop([sub(w)], Model(), UiState(), live, console, r)
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_loop_draws_a_frame_per_tick_and_quits_on_q() -> None:
+    live = FakeLive()
+    run_loop(live, lambda w: FakeSubscription(3, w), b"s")
     # The waiting screen, then one frame per tick; the key redrew at once (sort mem).
     assert "waiting for the first records" in live.frames[0]
     assert "subscribed to" in live.frames[0]
@@ -777,19 +784,14 @@ def test_rows_of_one_histogram_event_share_one_subject() -> None:
 
 def test_loop_draws_the_first_screen_before_subscribing(monkeypatch: pytest.MonkeyPatch
                                                         ) -> None:
-    r, w = os.pipe()
     live = FakeLive()
+    key_fd: list[int] = []
 
     def subscribe(wait: bool) -> FakeSubscription:
         assert wait and live.frames, "subscribed before anything was drawn"
-        return FakeSubscription(1, w)
+        return FakeSubscription(1, key_fd[0])
 
     monkeypatch.setattr(top, "_subscribe", subscribe)
-    try:
-        console = SimpleNamespace(size=SimpleNamespace(width=80, height=24))
-        top._loop([None], Model(), UiState(), live, console, r)
-    finally:
-        os.close(r)
-        os.close(w)
+    run_loop(live, lambda w: key_fd.append(w))  # type: ignore[func-returns-value]
     assert "subscribing to" in live.frames[0]
     assert any("CPU " in f for f in live.frames)
