@@ -118,42 +118,26 @@ def _waiting(p: subprocess.Popen) -> bool:
 
 def test_top_in_tmux_with_a_live_agent(tracefs):
     """The full-screen UI end to end: agent running, keys sent, screen captured."""
-    import os
-    import shutil
-
-    tmux = shutil.which("tmux")
-    if tmux is None:
-        pytest.skip("tmux is not installed (scripts/setup.sh --dev installs it)")
-    sess = f"rezolus_top_{os.getpid()}"
-    env = {**os.environ, "TERM": "xterm-256color"}
-
-    def tm(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([tmux, *args], capture_output=True, text=True, env=env,
-                              timeout=30)
-
-    def screen() -> str:
-        return tm("capture-pane", "-p", "-t", sess).stdout
+    from .tmux import tmux_session
 
     agent = AgentProcess("--interval", "500ms")
     try:
         agent.wait_registered(tracefs)
-        tm("new-session", "-d", "-s", sess, "-x", "100", "-y", "30",
-           f"cd {ROOT} && {sys.executable} -m rezolus_ue top --interval 1s")
-        # A frame with data: the agent's pid in the header, memory and CPU rows.
-        wait_for(lambda: f"agent {agent.proc.pid}" in screen() and "Mem" in screen(),
-                 timeout=120, step=0.5)
-        text = screen()
-        assert "q quit" in text and "lost 0" in text, text
-        tm("send-keys", "-t", sess, "h")
-        wait_for(lambda: "Keys and panels" in screen(), timeout=30, step=0.2)
-        tm("send-keys", "-t", sess, "h")
-        tm("send-keys", "-t", sess, "p")
-        wait_for(lambda: "PAUSED" in screen(), timeout=30, step=0.2)
-        tm("send-keys", "-t", sess, "q")
-        # q ends top, which ends the tmux session.
-        wait_for(lambda: tm("has-session", "-t", sess).returncode != 0, timeout=30,
-                 step=0.2)
+        with tmux_session(f"cd {ROOT} && {sys.executable} -m rezolus_ue top --interval 1s",
+                          100, 30) as t:
+            # A frame with data: the agent's pid in the header, memory and CPU rows.
+            wait_for(lambda: f"agent {agent.proc.pid}" in t.screen() and "Mem" in t.screen(),
+                     timeout=120, step=0.5)
+            text = t.screen()
+            assert "q quit" in text and "lost 0" in text, text
+            t.keys("h")
+            wait_for(lambda: "Keys and panels" in t.screen(), timeout=30, step=0.2)
+            t.keys("h")
+            t.keys("p")
+            wait_for(lambda: "PAUSED" in t.screen(), timeout=30, step=0.2)
+            t.keys("q")
+            # q ends top, which ends the tmux session.
+            wait_for(t.ended, timeout=30, step=0.2)
     finally:
-        tm("kill-session", "-t", sess)
         agent.stop()
         agent.log.close()
