@@ -159,8 +159,10 @@ def _probe_capabilities() -> Result:
 
 
 def _reason(e: BaseException) -> str:
-    """Return the one-line reason the agent gives for a sampler that cannot run."""
-    return e.reason if isinstance(e, SamplerUnavailable) else str(e)
+    """Return the reason the agent gives for a sampler that cannot run, on one line (a
+    verifier error's log lines joined by " | ")."""
+    text = e.reason if isinstance(e, SamplerUnavailable) else str(e)
+    return " | ".join(ln.strip() for ln in text.splitlines() if ln.strip())
 
 
 def _after_drop(name: str, sampler: Sampler) -> Result:
