@@ -284,7 +284,13 @@ def probe_samplers(config: Config, user: str | None = None) -> list[Result]:
         privilege.require_user(user)
 
     def drop() -> Result:
-        privilege.drop_to(privilege.RUNTIME_CAPS, user=user)
+        try:
+            privilege.drop_to(privilege.RUNTIME_CAPS, user=user)
+        except OSError as e:  # as drop_after_start: an error with --user, else a warning
+            if user is not None:
+                raise RezolusError(f"cannot become user {user}: {e.strerror}") from None
+            return Result("privileges", "warn", f"could not drop capabilities ({e.strerror}):"
+                          " samplers checked with every capability, as `run` keeps them then")
         who = f"as {user} (uid {os.getuid()})" if user else "as root"
         return Result("privileges", "pass", f"samplers started as root, then checked {who}"
                       f" with only {' and '.join(privilege.RUNTIME_CAPS)}, as `run"

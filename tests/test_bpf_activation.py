@@ -28,9 +28,11 @@ class StandIn:
                  error: BaseException | None = None) -> None:
         self.name, self.log, self.gate, self.error = name, log, gate, error
         self.outcome: list[BaseException | None] = []
+        self.started = threading.Event()
         self.done = threading.Event()
 
     def activate(self) -> None:
+        self.started.set()
         with StandIn.lock:
             StandIn.running += 1
             overlap = StandIn.running
@@ -78,6 +80,7 @@ def test_forget_drops_a_queued_sampler_and_waits_for_one_in_progress() -> None:
     loader.submit(busy)  # type: ignore[arg-type]
     loader.submit(queued)  # type: ignore[arg-type]
     loader.forget(queued)  # type: ignore[arg-type]
+    assert busy.started.wait(30), "the loader never started"
     waiter = threading.Thread(target=loader.forget, args=(busy,))
     waiter.start()
     waiter.join(0.2)

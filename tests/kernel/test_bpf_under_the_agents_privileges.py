@@ -10,6 +10,7 @@ same way, for every attach kind.
 
 from __future__ import annotations
 
+import itertools
 import pwd
 import re
 import shutil
@@ -102,7 +103,7 @@ def test_bpf_samplers_load_after_the_drop_while_the_others_keep_their_cadence(
         n = len(tick_starts(tracefs.read_trace(instance)))
         wait_for(lambda: len(tick_starts(tracefs.read_trace(instance))) >= n + 3, timeout=60)
         starts = tick_starts(tracefs.read_trace(instance))
-        gaps = [round(b - a_, 3) for a_, b in zip(starts, starts[1:], strict=False)]
+        gaps = [round(b - a_, 3) for a_, b in itertools.pairwise(starts)]
         late = [g for g in gaps if abs(g - INTERVAL_S) > CADENCE_TOLERANCE * INTERVAL_S]
         assert not late, f"publish ticks {gaps} s apart while {len(names)} BPF samplers loaded"
         print(f"{len(names)} BPF samplers loaded and attached in {loaded_s:.1f} s; ticks"
