@@ -107,9 +107,9 @@ def build_parser(lean: bool = False) -> argparse.ArgumentParser:
     chk = sub.add_parser(
         "check", formatter_class=fmt, help="check the kernel features rezolus-ue needs",
         description="Probe tracefs, user_events, BPF, BTF, perf events and kprobes, with a"
-        " hint for each failure, then check every sampler as `run` runs it: started as"
-        " root, then (as root) with only the capabilities the agent keeps, loading and"
-        " attaching its BPF programs; say which can run here and why not. Exits 1 when"
+        " hint for each failure, then check every sampler as `run` runs it (as root:"
+        " started with every capability, then loaded and attached with only those the"
+        " agent keeps) and say which can run here and why not. Exits 1 when"
         " `rezolus-ue run` cannot work here.",
         epilog="examples:\n  sudo rezolus-ue check\n"
         "  sudo rezolus-ue check --user rezolus-ue    as the systemd unit runs the agent",
