@@ -107,11 +107,18 @@ def build_parser(lean: bool = False) -> argparse.ArgumentParser:
     chk = sub.add_parser(
         "check", formatter_class=fmt, help="check the kernel features rezolus-ue needs",
         description="Probe tracefs, user_events, BPF, BTF, perf events and kprobes, with a"
-        " hint for each failure, then try to start every sampler and say which can run here"
-        " and why not. Exits 1 when `rezolus-ue run` cannot work here.",
+        " hint for each failure, then check every sampler as `run` runs it (as root:"
+        " started with every capability, then loaded and attached with only those the"
+        " agent keeps) and say which can run here and why not. Exits 1 when"
+        " `rezolus-ue run` cannot work here.",
+        epilog="examples:\n  sudo rezolus-ue check\n"
+        "  sudo rezolus-ue check --user rezolus-ue    as the systemd unit runs the agent",
     )
     chk.add_argument("-c", "--config", metavar="FILE", type=cfg.path_arg,
                      help="check the samplers as configured in FILE (default: as `run`)")
+    chk.add_argument("-u", "--user", metavar="USER",
+                     help="check the samplers as `run --user USER` runs them: after"
+                     " start-up as USER with only CAP_BPF and CAP_PERFMON")
     if lean:
         return p
     from . import config_cmd, service_cmd
@@ -297,7 +304,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     from .check import run_checks
 
-    results = run_checks(mount=os.geteuid() == 0, config=load_config(args.config))
+    results = run_checks(mount=os.geteuid() == 0, config=load_config(args.config),
+                         user=args.user)
     con = Console(highlight=False)
     style = {"pass": "green", "warn": "yellow", "fail": "red"}
     for r in results:
