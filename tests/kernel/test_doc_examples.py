@@ -66,8 +66,8 @@ class Shell:
             ok: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         """Run ``key`` (or ``as_run``) with bash; assert it exits 0 unless not ``ok``."""
         p = subprocess.run(["bash", "-c", self.command(key, as_run)], cwd=cwd or self.cwd,
-                           env=self.env, capture_output=True, text=True, timeout=timeout,
-                           stdin=subprocess.DEVNULL)
+                           env=self.env, capture_output=True, text=True, errors="replace",
+                           timeout=timeout, stdin=subprocess.DEVNULL)
         if ok:
             assert p.returncode == 0, f"{key!r} exited {p.returncode}:\n{p.stdout}{p.stderr}"
         return p
@@ -100,7 +100,7 @@ class Shell:
         if namespace:
             argv = ["unshare", "--mount", "--propagation", "private", *argv]
         p = subprocess.run(argv, cwd=self.cwd, env=self.env, capture_output=True, text=True,
-                           timeout=timeout, stdin=subprocess.DEVNULL)
+                           errors="replace", timeout=timeout, stdin=subprocess.DEVNULL)
         out = p.stdout + p.stderr
         assert p.returncode == 0, f"script exited {p.returncode}:\n{out}"
         return out
@@ -232,7 +232,9 @@ def test_bpftrace_sees_no_record(sh: Shell, agent) -> None:  # type: ignore[no-u
                              "-o", "bpf.data"], cwd=sh.cwd, stdout=log.open("wb"),
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_for(lambda: "perf" in _consumers("rezolus_cpu_usage"), timeout=120, step=0.5)
+        wait_for(lambda: "perf" in _consumers("rezolus_cpu_usage"), timeout=300, step=0.5,
+                 what="perf record to enable rezolus_cpu_usage",
+                 seen=lambda: _consumers("rezolus_cpu_usage"))
         key = "sudo bpftrace -e 'tracepoint:user_events:rezolus_cpu_usage { @records = count(); }'"
         out = sh.run(key, "sudo bpftrace -e 'tracepoint:user_events:rezolus_cpu_usage"
                           " { @records = count(); } interval:s:5 { exit(); }'").stdout
@@ -246,9 +248,11 @@ def test_bpftrace_sees_no_record(sh: Shell, agent) -> None:  # type: ignore[no-u
     assert n >= 10, f"perf got {n} records while bpftrace ran:\n{script.stdout[-2000:]}"
 
 
-def _consumers(event: str) -> str:
-    status = (TRACING / "user_events_status").read_text()
-    return next((ln for ln in status.splitlines() if re.match(rf"\d+:{event}\b", ln)), "")
+def _consumers(event: str) -> tuple[str, ...]:
+    from tracefs_tools import Tracefs
+
+    ev = Tracefs(TRACING).user_events_status().events.get(event)
+    return ev.consumers if ev is not None else ()
 
 
 def test_top_in_tmux(sh: Shell, agent) -> None:  # type: ignore[no-untyped-def]
@@ -449,9 +453,10 @@ def test_agent_variants(sh: Shell, agent) -> None:  # type: ignore[no-untyped-de
         {0: "mkdir -p /etc/rezolus-ue && printf '[agent]\\npersist = true\\n" + persist
             + "' > /etc/rezolus-ue/config.toml; exec 3>&1 >agent2.log 2>&1",
          1: f"{started}; {term}; exec >&3; cat agent2.log;"
-            " grep -q '^[0-9]*:rezolus_cpu_usage' /sys/kernel/tracing/user_events_status",
-         2: "! grep -q ':rezolus_cpu_usage\\b' /sys/kernel/tracing/user_events_status;"
-            " for e in $(sed -n 's/^[0-9]*:\\(rezolus_[a-z0-9_]*\\).*/\\1/p'"
+            " grep -q '^rezolus_cpu_usage\\b' /sys/kernel/tracing/user_events_status",
+         # Linux 6.4+ lists "name # Used by ..." (tracefs_tools/status.py).
+         2: "! grep -q '^rezolus_cpu_usage\\b' /sys/kernel/tracing/user_events_status;"
+            " for e in $(sed -n 's/^\\(rezolus_[a-z0-9_]*\\).*/\\1/p'"
             " /sys/kernel/tracing/user_events_status); do"
             " echo \"!u:$e\" >> /sys/kernel/tracing/dynamic_events; done"},
         namespace=True)
