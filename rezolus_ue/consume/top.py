@@ -851,9 +851,9 @@ def _header(model: Model, ui: UiState, width: int) -> list[Text]:
     if a is not None:
         l1 += [(0, _kv("agent", str(a.pid))), (2, _kv("up", fmt_uptime(a.uptime_s))),
                (3, _kv("cpu", _cpu_share(a.cpu))), (5, _kv("rss", fmt_bytes(a.rss_bytes)))]
+        # Always shown: "errors 0" is the answer an operator looks for, not a blank.
         errs = a.sampler_errors + a.write_errors
-        if errs:
-            l1.append((1, _kv("errors", str(errs), "bold red")))
+        l1.append((1, _kv("errors", str(errs), "bold red" if errs else "bold")))
     bad = Text()
     for state in _TROUBLE:
         n = sum(r.state == state for r in v.samplers)

@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,9 +66,8 @@ class Shell:
     def run(self, key: str, as_run: str | None = None, *, timeout: float = 300,
             ok: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         """Run ``key`` (or ``as_run``) with bash; assert it exits 0 unless not ``ok``."""
-        p = subprocess.run(["bash", "-c", self.command(key, as_run)], cwd=cwd or self.cwd,
-                           env=self.env, capture_output=True, text=True, errors="replace",
-                           timeout=timeout, stdin=subprocess.DEVNULL)
+        p = _run(["bash", "-c", self.command(key, as_run)], cwd=cwd or self.cwd,
+                 env=self.env, timeout=timeout)
         if ok:
             assert p.returncode == 0, f"{key!r} exited {p.returncode}:\n{p.stdout}{p.stderr}"
         return p
@@ -99,8 +99,7 @@ class Shell:
         argv = ["bash", "-c", "\n".join(lines)]
         if namespace:
             argv = ["unshare", "--mount", "--propagation", "private", *argv]
-        p = subprocess.run(argv, cwd=self.cwd, env=self.env, capture_output=True, text=True,
-                           errors="replace", timeout=timeout, stdin=subprocess.DEVNULL)
+        p = _run(argv, cwd=self.cwd, env=self.env, timeout=timeout)
         out = p.stdout + p.stderr
         assert p.returncode == 0, f"script exited {p.returncode}:\n{out}"
         return out
@@ -113,6 +112,20 @@ class Shell:
                                     cwd=self.cwd, env=self.env, stdout=f,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
+
+
+def _run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` with its output going to files, as in a terminal, not pipes: given a
+    FIFO as stdout, `perf record` (without -o) writes its data there instead of perf.data.
+    Output is decoded leniently: perf script prints histogram bucket bytes raw."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.run(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                           **kw)  # type: ignore[call-overload]
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(
+            argv, p.returncode, out.read().decode(errors="replace"),
+            err.read().decode(errors="replace"))
 
 
 def stop(p: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int:
