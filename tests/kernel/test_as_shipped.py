@@ -30,12 +30,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import unit, words
+from test_bpf_blockio_requests import direct_io, loop_device
 
 from rezolus_ue import privilege
 from rezolus_ue.agent import read_status
@@ -44,6 +46,7 @@ from rezolus_ue.schema import AGENT
 
 from .conftest import wait_for
 from .test_agent_e2e import UNIT, AgentProcess, proc_status
+from .test_blockio_requests import GOOD_OFFSET, null_blk
 
 pytestmark = pytest.mark.kernel
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,6 +144,30 @@ class Consumers:
         return codes
 
 
+@contextlib.contextmanager
+def block_io() -> Iterator[None]:
+    """O_DIRECT reads and writes on a scratch device all through the block: the VM's root
+    is 9p, so without it no block request is made, and the block request families
+    (labelled by operation, published for operations seen) would have nothing to say."""
+    with contextlib.ExitStack() as stack:
+        dev = stack.enter_context(null_blk()) or stack.enter_context(loop_device())
+        stop = threading.Event()
+
+        def load() -> None:
+            while not stop.is_set():
+                direct_io(dev, 4, write=True, offset=GOOD_OFFSET)
+                direct_io(dev, 4, write=False, offset=GOOD_OFFSET)
+                stop.wait(0.2)
+
+        t = threading.Thread(target=load, name="block-io", daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            t.join(timeout=60)
+
+
 def _settled(agent: AgentProcess) -> dict | None:
     """Return the agent's status once every sampler that can run is active and loaded."""
     if agent.proc.poll() is not None:
@@ -221,10 +248,11 @@ def test_every_event_reaches_every_consumer_under_the_shipped_privileges(shipped
         st = wait_for(lambda: _settled(agent), timeout=600, step=0.5,
                       what="every available sampler to be active with its BPF loaded",
                       seen=lambda: read_status())
-        base = _agent_records(c)
-        wait_for(lambda: _agent_records(c) >= base + INTERVALS + 1, timeout=300,
-                 what=f"{INTERVALS} more publish intervals seen by tail",
-                 seen=lambda: _agent_records(c) - base)
+        with block_io():
+            base = _agent_records(c)
+            wait_for(lambda: _agent_records(c) >= base + INTERVALS + 1, timeout=300,
+                     what=f"{INTERVALS} more publish intervals seen by tail",
+                     seen=lambda: _agent_records(c) - base)
         metrics = c.scrape()
         top_screen = wait_for(lambda: (s := c.screen()) and "errors 0" in s and s,
                               timeout=120, step=0.5, what="top to show errors 0",
