@@ -1113,8 +1113,10 @@ class TracepointRings:
 
     def remove(self, tp_id: int) -> None:
         """Stop sampling tracepoint ``tp_id`` (its records already in the rings stay)."""
-        for event in self._events.pop(tp_id, []):
-            event.close()
+        events = self._events.get(tp_id, [])
+        while events:  # one at a time: an interrupted remove() resumes where it stopped
+            events.pop().close()
+        self._events.pop(tp_id, None)
 
     @property
     def lost(self) -> int:
