@@ -1010,9 +1010,7 @@ class TracepointSubscription:
         except BaseException:
             self.close()
             raise
-        self._poller = select.poll()
-        for event in self.events:
-            self._poller.register(event.fd, select.POLLIN)
+        self._poller = _poller_of(self.events)
 
     @property
     def lost(self) -> int:
@@ -1021,12 +1019,7 @@ class TracepointSubscription:
 
     def drain(self) -> list[Sample]:
         """Return every pending sample from all rings, sorted by time."""
-        samples: list[Sample] = []
-        for event in self.events:
-            if event.ring is not None:
-                samples.extend(event.ring.read())
-        samples.sort(key=lambda s: -1 if s.time is None else s.time)
-        return samples
+        return _read_rings(self.events)
 
     def poll(self, timeout_ms: int) -> list[Sample]:
         """Return samples after waiting up to ``timeout_ms`` for any CPU (-1: forever)."""
@@ -1048,6 +1041,24 @@ class TracepointSubscription:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _poller_of(events: list[PerfEvent]) -> select.poll:
+    """Return a poll set waiting for input on each of ``events``."""
+    poller = select.poll()
+    for event in events:
+        poller.register(event.fd, select.POLLIN)
+    return poller
+
+
+def _read_rings(events: list[PerfEvent]) -> list[Sample]:
+    """Return the pending samples of the rings of ``events``, sorted by time."""
+    samples: list[Sample] = []
+    for event in events:
+        if event.ring is not None:
+            samples.extend(event.ring.read())
+    samples.sort(key=lambda s: -1 if s.time is None else s.time)
+    return samples
 
 
 # --- tracepoints on every CPU, one shared ring per CPU -----------------------------------
@@ -1084,9 +1095,7 @@ class TracepointRings:
         except BaseException:
             self.close()
             raise
-        self._poller = select.poll()
-        for owner in self.owners:
-            self._poller.register(owner.fd, select.POLLIN)
+        self._poller = _poller_of(self.owners)
 
     @property
     def tracepoints(self) -> list[int]:
@@ -1130,12 +1139,7 @@ class TracepointRings:
 
     def drain(self) -> list[Sample]:
         """Return every pending sample of every CPU, sorted by time."""
-        samples: list[Sample] = []
-        for owner in self.owners:
-            if owner.ring is not None:
-                samples.extend(owner.ring.read())
-        samples.sort(key=lambda s: -1 if s.time is None else s.time)
-        return samples
+        return _read_rings(self.owners)
 
     def wait(self, timeout_ms: int) -> bool:
         """Wait up to ``timeout_ms`` (-1: forever) for a ring to have news; return whether

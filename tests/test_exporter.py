@@ -779,7 +779,7 @@ def test_renders_are_cached_until_something_changes() -> None:
 def test_records_are_counted_by_event() -> None:
     """What tells that the exporter received every record of each event."""
     exp = ex.Exporter()
-    exp.ingest(cpu_records(1 * S, [0, 1]) + [Record("rezolus_nonesuch", 1 * S, 0, 1, {})])
+    exp.ingest([*cpu_records(1 * S, [0, 1]), Record("rezolus_nonesuch", 1 * S, 0, 1, {})])
     exp.ingest(cpu_records(2 * S, [0, 1]))
     fams = parse(exp.render())
     assert one(fams, "rezolus_exporter_event_records_total", event="rezolus_cpu_usage") == 4
