@@ -33,6 +33,7 @@ from rezolus_ue.user_events import UserEventsData
 
 from .conftest import wait_for
 from .test_agent_e2e import AgentProcess, without_bpf
+from .test_consume import Tmux
 
 pytestmark = pytest.mark.kernel
 #: Generous: under the VM's emulated CPU with a CPU hog, a consumer's start-up (Python
@@ -409,30 +410,17 @@ def test_consumers_exit_quietly_while_waiting_for_the_agent(tracefs, tmp_path):
 def test_top_exits_quietly_on_a_signal(tracefs, loaded_agent, sig):
     """The full-screen view in a terminal (tmux), stopped by Ctrl-C or SIGTERM: the
     terminal is restored and nothing but the shell's own line follows."""
-    tmux = shutil.which("tmux")
-    if tmux is None:
-        pytest.skip("tmux is not installed (scripts/setup.sh --dev installs it)")
-    sess = f"rezolus_top_sig_{os.getpid()}_{int(sig)}"
-    env = {**os.environ, "TERM": "xterm-256color"}
-
-    def tm(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([tmux, *args], capture_output=True, text=True, env=env,
-                              timeout=60)
-
-    def screen() -> str:
-        return tm("capture-pane", "-p", "-t", sess).stdout
-
-    tm("new-session", "-d", "-s", sess, "-x", "100", "-y", "30",
-       f"{_cli()} top --interval 1s; echo EXIT=$?; sleep 3600")
+    tm = Tmux(f"rezolus_top_sig{int(sig)}",
+              f"{_cli()} top --interval 1s; echo EXIT=$?; sleep 3600")
     try:
-        wait_for(lambda: "Mem" in screen(), timeout=SLOW, step=0.5)
-        shell = tm("display-message", "-p", "-t", sess, "#{pane_pid}").stdout.strip()
+        wait_for(lambda: "Mem" in tm.screen(), timeout=SLOW, step=0.5)
+        shell = tm("display-message", "-p", "-t", tm.sess, "#{pane_pid}").stdout.strip()
         (top,) = subprocess.run(["pgrep", "-P", shell], capture_output=True, text=True,
                                 timeout=60).stdout.split()
         os.kill(int(top), sig)
-        wait_for(lambda: "EXIT=" in screen(), timeout=SLOW, step=0.5)
-        text = screen()
+        wait_for(lambda: "EXIT=" in tm.screen(), timeout=SLOW, step=0.5)
+        text = tm.screen()
         assert "EXIT=0" in text, text
         assert "Traceback" not in text and "Exception ignored" not in text, text
     finally:
-        tm("kill-session", "-t", sess)
+        tm.close()
