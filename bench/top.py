@@ -3,8 +3,9 @@
     python bench/top.py [--frames 50] [--cpus 2,64] [--size 80x24,200x60]
 
 Builds realistic records (packed and decoded through the real schemas, as the subscription
-delivers them) for a machine of N CPUs with 4 disks, 4 interfaces, 50 cgroups and 12
-sampler histograms, and times per frame (median over ``--frames``):
+delivers them) for a machine of N CPUs with 4 disks, 4 interfaces, 50 cgroups, 12
+sampler histograms and statuses (one unavailable) and PSI, and times per frame (median
+over ``--frames``):
 
 * ingest: ``Model.ingest`` + ``flush`` of one tick's records (rates, the frame commit);
 * render: ``render()`` building the screen's ``Text``;
@@ -73,8 +74,14 @@ def tick(ncpu: int, i: int) -> list[Record]:
         out.append(_rec("rezolus_cgroup", t, f"system.slice/service-{g}.service",
                         i * g * S // 50, i * g * S // 100, i * g * S // 100, 0, 0,
                         (g + 1) << 24, i * g << 16, i * g << 15, i * g, i * g))
+    for k, res in enumerate(("cpu", "memory", "io")):
+        out.append(_rec("rezolus_pressure", t, res, k * 10_000, 0, i * k * 50_000, 0))
     out.append(_rec("rezolus_agent", t, 1, i * S, i * S // 200, i * S // 400, 60 << 20, 20, 2,
                     i * 1000, 0, 0, 0, 12, 0))
+    for k, name in enumerate(SAMPLERS):  # one unavailable, as on a VM without a PMU
+        state, why = ("unavailable", "no PMU exposed by this CPU/VM") if k == 9 else (
+            "active", "")
+        out.append(_rec("rezolus_agent_status", t, name, state, why, "", 0))
     sch = EVENTS["rezolus_agent_sampler"]
     for k, name in enumerate(SAMPLERS):
         counts = h2.new_counts()

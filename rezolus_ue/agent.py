@@ -75,6 +75,15 @@ def _raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def error_text(e: BaseException) -> str:
+    """Return an error as one line: a RezolusError's own text (written for users), any
+    other exception's type and text (a sampler bug: the type says the most)."""
+    text = e.reason if isinstance(e, SamplerUnavailable) else str(e)
+    if not isinstance(e, RezolusError):
+        text = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    return " ".join(text.split())
+
+
 @dataclass
 class SamplerState:
     """What the agent knows about one configured sampler."""
@@ -83,10 +92,23 @@ class SamplerState:
     sampler: Sampler | None
     status: str  # "active" | "idle" | "unavailable" | "disabled"
     reason: str = ""
+    #: Errors since the agent started (kept across reloads): calls that raised, and an
+    #: activation that found the sampler cannot run. They add up to Agent.sampler_errors.
     errors: int = 0
     refreshes: int = 0
+    #: The latest error's one-line text, kept after the sampler recovers.
+    last_error: str = ""
+    #: The latest sample/publish/activate/deactivate call raised; the next that does not
+    #: clears it.
+    failing: bool = False
     #: Wall time of each refresh (sample and/or publish), in microseconds.
     cost_us: Histogram = field(default_factory=Histogram)
+
+    @property
+    def state(self) -> str:
+        """Return what consumers are told: the status, or "failed" while a sampler that is
+        still tried (idle or active) failed its latest call."""
+        return "failed" if self.failing and self.sampler is not None else self.status
 
 
 class Agent:
@@ -141,6 +163,14 @@ class Agent:
             reason = e.reason if isinstance(e, SamplerUnavailable) else str(e)
             log.warning("sampler %s unavailable: %s", name, reason)
             return SamplerState(name, None, "unavailable", reason)
+        except Exception as e:  # a sampler bug (e.g. a parse of what it found) is its own
+            with contextlib.suppress(Exception):
+                sampler.close()
+            st = SamplerState(name, None, "unavailable")
+            self._count_error(st, error_text(e))
+            st.reason = f"failed to start: {st.last_error}"
+            log.error("sampler %s %s", name, st.reason)
+            return st
         return SamplerState(name, sampler, "idle", sampler.detail)
 
     def _stop_sampler(self, st: SamplerState) -> None:
@@ -189,7 +219,9 @@ class Agent:
                 self._stop_sampler(st)
             if not new.sampler_enabled(name):
                 self.publisher.unregister(e.name for e in REGISTRY[name].events())
-            self.states[name] = self._start_sampler(name)
+            fresh = self.states[name] = self._start_sampler(name)
+            if st is not None:  # its errors stay counted: they add up to sampler_errors
+                fresh.errors, fresh.last_error = st.errors, st.last_error
             what = ("removed" if not new.sampler_enabled(name) else
                     "added" if st is None or st.status == "disabled" else
                     "retried" if same else "re-tuned")
@@ -294,46 +326,56 @@ class Agent:
             if publishing:
                 sampler.publish(now_ns)
         except Exception as e:  # a sampler bug must not stop the others
-            self.sampler_errors += 1
-            st.errors += 1
-            if st.errors == 1 or st.errors % 100 == 0:
-                log.error("sampler %s failed (%d times): %s", st.name, st.errors, e)
+            self._failed(st, "refresh", e)
+        else:
+            st.failing = False
         st.refreshes += 1
         st.cost_us.record((time.perf_counter_ns() - t0) // 1000)
 
     def _make_unavailable(self, st: SamplerState, e: RezolusError) -> None:
         """A sampler found at activation that it cannot run here (e.g. the verifier
         rejected its BPF program): report why, release it and unregister its events."""
-        reason = e.reason if isinstance(e, SamplerUnavailable) else str(e)
+        reason = error_text(e)
         log.error("sampler %s unavailable: %s", st.name, reason)
-        self.sampler_errors += 1
+        self._count_error(st, reason)
         assert st.sampler is not None
         events = [ev.name for ev in st.sampler.events()]
         with contextlib.suppress(Exception):
             st.sampler.close()
         if self.publisher is not None:
             self.publisher.unregister(events)
-        st.sampler, st.status, st.reason = None, "unavailable", reason
+        st.sampler, st.status, st.reason, st.failing = None, "unavailable", reason, False
 
     def _call(self, st: SamplerState, hook) -> bool:  # type: ignore[no-untyped-def]
         """Run an activate/deactivate hook; count and log a failure instead of raising,
         except RezolusError from activate: the sampler cannot run (the caller decides)."""
         try:
             hook()
-        except RezolusError:
+        except RezolusError as e:
             if hook.__name__ in ("activate", "activate_async"):
                 raise
-            self.sampler_errors += 1
-            st.errors += 1
+            self._failed(st, hook.__name__, e)
             return False
         except Exception as e:
-            self.sampler_errors += 1
-            st.errors += 1
-            if st.errors == 1 or st.errors % 100 == 0:
-                log.error("sampler %s: %s failed (%d errors): %s", st.name, hook.__name__,
-                          st.errors, e)
+            self._failed(st, hook.__name__, e)
             return False
+        st.failing = False
         return True
+
+    def _count_error(self, st: SamplerState, text: str) -> None:
+        """Count one error of ``st`` in its own count and the agent's total (they agree)."""
+        self.sampler_errors += 1
+        st.errors += 1
+        st.last_error = text
+
+    def _failed(self, st: SamplerState, what: str, e: Exception) -> None:
+        """Count and keep a failed call of ``st`` (its state becomes "failed" until a call
+        succeeds) and log it, rate-limited."""
+        self._count_error(st, error_text(e))
+        st.failing = True
+        if st.errors == 1 or st.errors % 100 == 0:
+            log.error("sampler %s: %s failed (%d errors): %s", st.name, what, st.errors,
+                      st.last_error)
 
     def run(self, wake_fd: int, should_stop) -> None:  # type: ignore[no-untyped-def]
         """Loop until ``should_stop()``; ``wake_fd`` interrupts the sleep.
@@ -381,14 +423,18 @@ class Agent:
 
     def _write_status(self) -> None:
         """Write the samplers' status for `rezolus-ue events` when it changed."""
-        key = tuple((st.name, st.status, st.reason) for st in self.states.values())
-        if self.runtime_dir is None or key == self._status_key:
+        if self.runtime_dir is None:
+            return
+        key = tuple((st.name, st.state, st.reason, st.errors, st.last_error)
+                    for st in self.states.values())
+        if key == self._status_key:
             return
         self._status_key = key
         doc = {
             "pid": os.getpid(),
-            "samplers": {st.name: {"status": st.status, "reason": st.reason}
-                         for st in self.states.values()},
+            "samplers": {name: {"status": state, "reason": reason, "errors": errors,
+                                "last_error": last_error}
+                         for name, state, reason, errors, last_error in key},
         }
         tmp = self.runtime_dir / f".status.{os.getpid()}"
         try:

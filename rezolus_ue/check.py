@@ -6,12 +6,17 @@ the kernel version, because distributions backport and configure features differ
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
+import json
 import os
 import platform
-from dataclasses import dataclass
+import signal
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tracefs_tools import Tracefs, TracefsError, find_tracefs
 
@@ -19,6 +24,9 @@ from .bpf.loader import release_probes
 from .config import Config
 from .errors import KernelFeatureMissing, RezolusError, SamplerUnavailable
 from .user_events import missing_user_events_hint
+
+if TYPE_CHECKING:
+    from .samplers.base import Sampler
 
 
 @dataclass(frozen=True)
@@ -47,7 +55,11 @@ def _probe_user_events(root: Path | None) -> Result:
     if root is None:
         return Result("user_events", "fail", "needs tracefs (see above)", required=True)
     path = root / "user_events_data"
-    if not Tracefs(root).has_user_events:
+    try:
+        present = Tracefs(root).has_user_events
+    except TracefsError as e:  # e.g. tracefs is root's, mode 0700, and this is not root
+        return Result("user_events", "fail", str(e), required=True)
+    if not present:
         return Result("user_events", "fail", missing_user_events_hint(root, more=False),
                       required=True)
     try:
@@ -119,7 +131,13 @@ def _probe_perf() -> list[Result]:
 
 
 def _probe_kprobes(root: Path | None) -> Result:
-    if root is not None and (root / "kprobe_events").exists():
+    try:
+        present = root is not None and (root / "kprobe_events").exists()
+    except PermissionError:
+        return Result("kprobes", "warn", f"{root} is not readable by this user: run as root")
+    except OSError as e:
+        return Result("kprobes", "warn", f"cannot read {root}: {e.strerror}")
+    if present:
         return Result("kprobes", "pass", f"{root}/kprobe_events present")
     return Result("kprobes", "warn", "no kprobe_events: kernel lacks CONFIG_KPROBE_EVENTS;"
                   " samplers that need kprobes will be unavailable (tracepoints still work)")
@@ -142,47 +160,154 @@ def _probe_capabilities() -> Result:
         " AmbientCapabilities=CAP_BPF CAP_PERFMON)")
 
 
-def probe_samplers(config: Config) -> list[Result]:
-    """Return, per registered sampler, whether it can start here (and why not)."""
+def _reason(e: BaseException) -> str:
+    """Return the reason the agent gives for a sampler that cannot run, on one line (a
+    verifier error's log lines joined by " | ")."""
+    text = e.reason if isinstance(e, SamplerUnavailable) else str(e)
+    return " | ".join(ln.strip() for ln in text.splitlines() if ln.strip())
+
+
+def _after_drop(name: str, sampler: Sampler) -> Result:
+    """Return whether a started ``sampler`` works with the privileges held now: what the
+    agent does when a consumer arrives (BPF: load, verify and attach), then release."""
+    from .samplers.bpf_sampler import BpfSampler
+
+    label = f"sampler {name}"
+    try:
+        sampler.verify()
+        if isinstance(sampler, BpfSampler):
+            notes = sampler.bpf.notes()
+            detail = f"loads and attaches as {sampler.bpf.attach_kinds}" + (
+                f" ({'; '.join(notes)})" if notes else "")
+            return Result(label, "pass", detail)
+        # The other samplers' detail says what they found missing at start.
+        if sampler.detail:
+            return Result(label, "warn", f"degraded: {sampler.detail}")
+        return Result(label, "pass", "available")
+    except (SamplerUnavailable, RezolusError, OSError) as e:
+        return Result(label, "warn", f"unavailable: {_reason(e)}")
+    finally:
+        with contextlib.suppress(Exception):  # closing must not hide the others' results
+            sampler.close()
+
+
+def _check_samplers(config: Config, drop: Callable[[], Result]) -> list[Result]:
+    """Start every enabled sampler as ``run`` does, call ``drop`` (which returns the line
+    saying what privileges remain), then check each with those privileges."""
     from .samplers import REGISTRY, Roots, SamplerContext
 
     a = config.agent
     roots = Roots(Path(str(a["procfs"])), Path(str(a["sysfs"])))
-    out = []
+    out: dict[str, Result] = {}
+    started = {}
     for name, cls in REGISTRY.items():
-        label = f"sampler {name}"
         if not config.sampler_enabled(name):
-            out.append(Result(label, "warn", "disabled in config"))
+            out[name] = Result(f"sampler {name}", "warn", "disabled in config")
             continue
         sampler = cls(SamplerContext(roots, config.samplers[name]))
         try:
             sampler.start()
         except (SamplerUnavailable, RezolusError, OSError) as e:
-            reason = e.reason if isinstance(e, SamplerUnavailable) else str(e)
-            out.append(Result(label, "warn", f"unavailable: {reason}"))
+            with contextlib.suppress(Exception):
+                sampler.close()
+            out[name] = Result(f"sampler {name}", "warn", f"unavailable: {_reason(e)}")
             continue
-        try:
-            sampler.verify()
-        except (SamplerUnavailable, RezolusError, OSError) as e:
-            reason = e.reason if isinstance(e, SamplerUnavailable) else str(e)
-            out.append(Result(label, "warn", f"unavailable: {reason}"))
-            sampler.close()
-            continue
-        try:
-            detail = sampler.detail
-            sampler.close()
-        except Exception as e:  # closing must not hide the others' results
-            detail = f"close failed: {e}"
-        out.append(Result(label, "pass", "available" + (f" ({detail})" if detail else "")))
+        started[name] = sampler
     release_probes()
-    return out
+    privileges = drop()
+    for name, sampler in started.items():
+        out[name] = _after_drop(name, sampler)
+    return [privileges, *(out[n] for n in REGISTRY)]
 
 
-def run_checks(mount: bool = True, config: Config | None = None) -> list[Result]:
-    """Return every probe's result, required ones first, then each sampler's."""
+def _in_child(work: Callable[[], list[Result]]) -> list[Result]:
+    """Return ``work()`` run in a forked child (whose privileges it may drop for good),
+    its results coming back as JSON over a pipe."""
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 0
+        try:
+            os.close(rfd)
+            data = json.dumps([asdict(r) for r in work()]).encode()
+        except BaseException as e:  # reported by the parent as one line
+            data, code = json.dumps({"error": _reason(e)}).encode(), 1
+        try:
+            with os.fdopen(wfd, "wb") as f:
+                f.write(data)
+        finally:
+            os._exit(code)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        doc = {"error": f"it ended without a result ({_ended(status)})"}
+    if isinstance(doc, dict):
+        return [Result("samplers", "fail", f"checking the samplers failed: {doc['error']}")]
+    return [Result(**r) for r in doc]
+
+
+def _ended(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}"
+
+
+def probe_samplers(config: Config, user: str | None = None) -> list[Result]:
+    """Return whether each enabled sampler works as ``run`` (``run --user USER``) runs it.
+
+    As root: in a forked child that starts the samplers as root, then drops to what the
+    agent keeps (privilege.drop_to: CAP_BPF and CAP_PERFMON, becoming ``user``), then
+    loads, verifies and attaches each BPF sampler, as a consumer's arrival would. So a
+    sampler the agent could start but not load after its drop is not reported PASS. Not
+    as root: in this process, with this user's privileges, and the first line says so.
+    The first result is that line: the privileges the samplers were checked with.
+    """
+    from . import privilege
+    from .cli import PROG
+
+    drops = bool(config.agent.get("drop_capabilities", True)) or user is not None
+    if os.geteuid() != 0:
+        held = privilege.members(privilege.current().get("CapEff", 0))
+        caps = ", ".join(sorted(privilege.cap_name(n) for n in held)) or "no capabilities"
+        line = Result("privileges", "warn",
+                      f"not root: samplers checked as uid {os.getuid()} with {caps}, not as"
+                      f" `sudo {PROG} run` runs them (rerun as root)")
+        return _check_samplers(config, lambda: line)
+    if not drops:
+        line = Result("privileges", "pass", "samplers checked as root: agent.drop_capabilities"
+                      " is off, so `run` keeps every capability")
+        return _check_samplers(config, lambda: line)
+
+    if user is not None:
+        privilege.require_user(user)
+
+    def drop() -> Result:
+        try:
+            privilege.drop_to(privilege.RUNTIME_CAPS, user=user)
+        except OSError as e:  # as drop_after_start: an error with --user, else a warning
+            if user is not None:
+                raise RezolusError(f"cannot become user {user}: {e.strerror}") from None
+            return Result("privileges", "warn", f"could not drop capabilities ({e.strerror}):"
+                          " samplers checked with every capability, as `run` keeps them then")
+        who = f"as {user} (uid {os.getuid()})" if user else "as root"
+        return Result("privileges", "pass", f"samplers started as root, then checked {who}"
+                      f" with only {' and '.join(privilege.RUNTIME_CAPS)}, as `run"
+                      f"{' --user ' + user if user else ''}` runs them")
+
+    return _in_child(lambda: _check_samplers(config, drop))
+
+
+def run_checks(mount: bool = True, config: Config | None = None,
+               user: str | None = None) -> list[Result]:
+    """Return every probe's result, required ones first, then each sampler's (checked as
+    ``run``, or ``run --user USER``, would run them)."""
     tracefs, root = _probe_tracefs(mount)
     out = [tracefs, _probe_user_events(root), _probe_capabilities(), _probe_bpf(),
            _probe_btf(), *_probe_perf(), _probe_kprobes(root)]
     if config is not None:
-        out += probe_samplers(config)
+        out += probe_samplers(config, user)
     return out

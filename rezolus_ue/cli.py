@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import __version__
 from . import config as cfg
-from .errors import ConfigError, KernelFeatureMissing, RezolusError
+from .errors import ConfigError, KernelFeatureMissing, RezolusError, os_error_text
 
 PROG = "rezolus-ue"
 log = logging.getLogger("rezolus_ue")
@@ -81,7 +81,7 @@ def build_parser(lean: bool = False) -> argparse.ArgumentParser:
         epilog="examples:\n  sudo rezolus-ue run\n  sudo rezolus-ue run --interval 100ms\n"
         "  sudo rezolus-ue run --config /etc/rezolus-ue/config.toml",
     )
-    run.add_argument("-c", "--config", metavar="FILE", type=Path,
+    run.add_argument("-c", "--config", metavar="FILE", type=cfg.path_arg,
                      help=f"TOML config file (default: {cfg.SYSTEM_CONFIG} if it exists,"
                      " else built-in defaults; see configs/default.toml)")
     run.add_argument("-i", "--interval", metavar="DURATION", type=_duration,
@@ -107,11 +107,18 @@ def build_parser(lean: bool = False) -> argparse.ArgumentParser:
     chk = sub.add_parser(
         "check", formatter_class=fmt, help="check the kernel features rezolus-ue needs",
         description="Probe tracefs, user_events, BPF, BTF, perf events and kprobes, with a"
-        " hint for each failure, then try to start every sampler and say which can run here"
-        " and why not. Exits 1 when `rezolus-ue run` cannot work here.",
+        " hint for each failure, then check every sampler as `run` runs it (as root:"
+        " started with every capability, then loaded and attached with only those the"
+        " agent keeps) and say which can run here and why not. Exits 1 when"
+        " `rezolus-ue run` cannot work here.",
+        epilog="examples:\n  sudo rezolus-ue check\n"
+        "  sudo rezolus-ue check --user rezolus-ue    as the systemd unit runs the agent",
     )
-    chk.add_argument("-c", "--config", metavar="FILE", type=Path,
+    chk.add_argument("-c", "--config", metavar="FILE", type=cfg.path_arg,
                      help="check the samplers as configured in FILE (default: as `run`)")
+    chk.add_argument("-u", "--user", metavar="USER",
+                     help="check the samplers as `run --user USER` runs them: after"
+                     " start-up as USER with only CAP_BPF and CAP_PERFMON")
     if lean:
         return p
     from . import config_cmd, service_cmd
@@ -144,11 +151,28 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as e:
+        if (text := _user_error_text(e)) is not None and not args.debug:
+            print(f"{PROG}: error: {text}", file=sys.stderr)
+            return 1
         if args.debug:
             raise
         print(f"{PROG}: internal error: {type(e).__name__}: {e} (rerun with --debug for"
               " a traceback, and please report it)", file=sys.stderr)
         return 70
+
+
+def _user_error_text(e: Exception) -> str | None:
+    """Return the one-line message of an error that no boundary translated but that the
+    user can act on: a path's OS error (name, permission, full or read-only disk) or
+    tracefs's (its messages say what to do)."""
+    if isinstance(e, OSError) and e.filename is not None:
+        return os_error_text(e, e.filename, "use")
+    if isinstance(e, ValueError) and str(e) == "embedded null byte":  # os.* on a path
+        return "a path cannot contain a NUL character"
+    tracefs = sys.modules.get("tracefs_tools.errors")
+    if tracefs is not None and isinstance(e, tracefs.TracefsError):
+        return str(e)
+    return None
 
 
 def _tracefs_root(configured: str) -> Path:
@@ -280,7 +304,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     from .check import run_checks
 
-    results = run_checks(mount=os.geteuid() == 0, config=load_config(args.config))
+    results = run_checks(mount=os.geteuid() == 0, config=load_config(args.config),
+                         user=args.user)
     con = Console(highlight=False)
     style = {"pass": "green", "warn": "yellow", "fail": "red"}
     for r in results:

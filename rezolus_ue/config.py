@@ -8,6 +8,7 @@ the file, the line and what is allowed.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import stat
@@ -16,11 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
+from typing import IO, Any
 
 import tomlkit
 import tomlkit.exceptions
 
-from .errors import ConfigError
+from .errors import ConfigError, os_error_reason
 
 #: Where `rezolus-ue run` looks when no --config is given; built-in defaults otherwise.
 SYSTEM_CONFIG = Path("/etc/rezolus-ue/config.toml")
@@ -29,18 +31,42 @@ _UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000
              "m": 60_000_000_000, "h": 3_600_000_000_000}
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|µs|ms|s|m|h)\s*$")
 DURATION_HELP = "a number with a unit: ns, us, ms, s, m or h (e.g. 100ms, 1s)"
+#: A config file larger than this is refused before it is read: the default one, every
+#: option commented, is 20 KiB (and /dev/zero would otherwise be read until memory ends).
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def _cut(text: str, width: int = 160) -> str:
+    """Return a parser's message on one line of at most ``width`` characters (it may
+    quote a whole 100 KB key)."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def path_arg(text: str) -> Path:
+    """Return a command-line path; raise ArgumentTypeError if no file can have it (argparse
+    then names the option), rather than failing later inside an OS call."""
+    if not text or "\0" in text:
+        raise argparse.ArgumentTypeError(f"{shown(text)}: a path must be non-empty and"
+                                         " cannot contain a NUL character")
+    return Path(text)
+
+
+def shown(value: object, width: int = 60) -> str:
+    """Return ``repr(value)``, cut to ``width`` characters: errors stay one short line."""
+    return _cut(repr(value), width)
 
 
 def parse_duration(text: str) -> int:
     """Return a duration such as ``"100ms"`` in nanoseconds; raise ValueError if malformed."""
     m = _DURATION_RE.match(text)
     if not m:
-        raise ValueError(f"invalid duration {text!r}: use {DURATION_HELP}")
+        raise ValueError(f"invalid duration {shown(text)}: use {DURATION_HELP}")
     value, unit = m.groups()
     # Decimal: exact for "1.1s", and no float overflow for absurdly long numbers.
     ns = int(Decimal(value) * _UNITS_NS[unit])
     if ns >= 1 << 63:
-        raise ValueError(f"duration {text!r} is too large")
+        raise ValueError(f"duration {shown(text)} is too large")
     return ns
 
 
@@ -93,7 +119,7 @@ class Option:
                 raise ValueError(f"expected {self.allowed()}")
             ns = parse_duration(value)
             if not self.min_ns <= ns <= self.max_ns:
-                raise ValueError(f"{value!r} is out of range: expected {self.allowed()}")
+                raise ValueError(f"{shown(value)} is out of range: expected {self.allowed()}")
             return ns
         if self.kind == "bool":
             if not isinstance(value, bool):
@@ -102,6 +128,10 @@ class Option:
         if self.kind == "path":
             if not isinstance(value, str):
                 raise ValueError(f"expected {self.allowed()}")
+            if "\0" in value or len(value.encode("utf-8", "surrogatepass")) >= 4096:
+                # Either would pass here and fail only when `run` opens it.
+                raise ValueError("a path cannot contain a NUL character or exceed 4095"
+                                 " bytes")
             return str(value)
         if self.kind == "int":
             if not isinstance(value, int) or isinstance(value, bool):
@@ -115,7 +145,7 @@ class Option:
             return tuple(value)
         if self.kind == "choice":
             if value not in self.choices:
-                raise ValueError(f"{value!r} is not allowed: expected {self.allowed()}")
+                raise ValueError(f"{shown(value)} is not allowed: expected {self.allowed()}")
             return str(value)
         raise AssertionError(self.kind)
 
@@ -199,10 +229,16 @@ def defaults(samplers: Mapping[str, tuple[Option, ...]]) -> Config:
 def load(path: str | Path, samplers: Mapping[str, tuple[Option, ...]]) -> Config:
     """Return the configuration in ``path``; raise ConfigError naming file and line."""
     p = Path(path)
+    return parse(read_text(p), samplers, p)
+
+
+def read_text(p: Path) -> str:
+    """Return the text of config file ``p`` (a pipe works too), checked as ``run`` checks
+    it (permissions when privileged, size, UTF-8); raise a one-line ConfigError."""
     try:
         with open(p, "rb") as f:
             check_permissions(p, os.fstat(f.fileno()))  # the file read, not a later one
-            text = f.read().decode()
+            return read_bounded(f, p)
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such file") from None
     except IsADirectoryError:
@@ -211,9 +247,19 @@ def load(path: str | Path, samplers: Mapping[str, tuple[Option, ...]]) -> Config
         raise ConfigError(f"{p}: permission denied") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{p}: not a text file (expected UTF-8 TOML)") from None
-    except OSError as e:
-        raise ConfigError(f"{p}: {e.strerror}") from None
-    return parse(text, samplers, p)
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        name = shown(str(p)) if isinstance(e, ValueError) else p
+        raise ConfigError(f"{name}: {os_error_reason(e)}") from None
+
+
+def read_bounded(f: IO[Any], name: object) -> str:
+    """Return the text of config file ``f`` (binary, or text like stdin); raise
+    ConfigError if it is larger than MAX_CONFIG_BYTES, UnicodeDecodeError if not UTF-8."""
+    data = f.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{name}: larger than {MAX_CONFIG_BYTES >> 20} MiB: not a config"
+                          " file")
+    return data if isinstance(data, str) else data.decode()
 
 
 def running_privileged() -> bool:
@@ -255,7 +301,7 @@ def parse(text: str, samplers: Mapping[str, tuple[Option, ...]],
         doc = tomlkit.parse(text).unwrap()
     except tomlkit.exceptions.ParseError as e:
         msg = str(e).split(" at line ")[0]
-        raise ConfigError(f"{where}:{e.line}: invalid TOML: {msg}") from None
+        raise ConfigError(f"{where}:{e.line}: invalid TOML: {_cut(msg)}") from None
     except tomlkit.exceptions.TOMLKitError as e:  # e.g. a key defined twice
         # tomlkit keeps no position for these; the standard parser's message has one.
         line = 1
@@ -264,7 +310,7 @@ def parse(text: str, samplers: Mapping[str, tuple[Option, ...]],
         except tomllib.TOMLDecodeError as te:
             m = re.search(r"at line (\d+)", str(te))
             line = int(m.group(1)) if m else 1
-        raise ConfigError(f"{where}:{line}: invalid TOML: {e}") from None
+        raise ConfigError(f"{where}:{line}: invalid TOML: {_cut(str(e))}") from None
     lines = _KeyLines(text)
 
     def fail(table: tuple[str, ...], key: str | None, msg: str) -> ConfigError:
@@ -274,7 +320,7 @@ def parse(text: str, samplers: Mapping[str, tuple[Option, ...]],
     unknown = [k for k in doc if k not in ("agent", "samplers")]
     if unknown:
         raise fail((), unknown[0],
-                   f"unknown table or key {unknown[0]!r}; allowed: [agent], [samplers.<name>]")
+                   f"unknown table or key {shown(unknown[0])}; allowed: [agent], [samplers.<name>]")
     agent = dict(base.agent)
     given = _section(doc.get("agent", {}), AGENT_OPTIONS, ("agent",), fail)
     agent.update(given)
@@ -294,7 +340,7 @@ def parse(text: str, samplers: Mapping[str, tuple[Option, ...]],
     for name, section in sections.items():
         if name not in samplers:
             raise fail(("samplers",), name,
-                       f"unknown sampler {name!r}; known: {', '.join(sorted(samplers))}")
+                       f"unknown sampler {shown(name)}; known: {', '.join(sorted(samplers))}")
         out[name].update(_section(section, samplers[name], ("samplers", name), fail))
     return Config(path, agent, out)
 
@@ -303,13 +349,13 @@ def _section(section: object, options: tuple[Option, ...], table: tuple[str, ...
              fail) -> dict[str, object]:  # type: ignore[no-untyped-def]
     name = ".".join(table)
     if not isinstance(section, dict):
-        raise fail(table[:-1], table[-1], f"{name!r} must be a table, e.g. [{name}]")
+        raise fail(table[:-1], table[-1], f"{shown(name)} must be a table, e.g. [{name}]")
     known = {o.key: o for o in options}
     out: dict[str, object] = {}
     for key, value in section.items():
         opt = known.get(key)
         if opt is None:
-            raise fail(table, key, f"unknown key {key!r} in [{name}]; allowed: "
+            raise fail(table, key, f"unknown key {shown(key)} in [{name}]; allowed: "
                        + ", ".join(known))
         try:
             out[key] = opt.convert(value)
@@ -318,12 +364,32 @@ def _section(section: object, options: tuple[Option, ...], table: tuple[str, ...
     return out
 
 
-_HEADER_RE = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]")
-_KEY_RE = re.compile(r"^\s*([A-Za-z0-9_\-\"' .]+?)\s*=")
+#: Characters of a bare or quoted key as _KeyLines reads it (no escapes: a line hint).
+_KEY_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-\"' .")
 
 
 def _split_key(text: str) -> tuple[str, ...]:
     return tuple(p.strip().strip("\"'") for p in text.split("."))
+
+
+def _header_of(line: str) -> str | None:
+    """Return the name in a ``[table]`` or ``[[array]]`` header line, if it is one."""
+    s = line.lstrip()
+    if not s.startswith("["):
+        return None
+    name, close, _rest = s.lstrip("[").partition("]")
+    return name.strip() or None if close else None
+
+
+def _key_of(line: str) -> str | None:
+    """Return the key of a ``key = value`` line, if it is one.
+
+    String operations, not a regular expression: each line is read once, so the whole
+    file is read in linear time (a pattern with nested optional spaces backtracked
+    cubically on a line of spaces: 39 s for 3,000 of them)."""
+    key, eq, _value = line.partition("=")
+    key = key.strip()
+    return key if eq and key and all(c in _KEY_CHARS for c in key) else None
 
 
 class _KeyLines:
@@ -338,15 +404,15 @@ class _KeyLines:
         self.lines: dict[tuple[str, ...], int] = {}
         table: tuple[str, ...] = ()
         for n, line in enumerate(text.splitlines(), 1):
-            h = _HEADER_RE.match(line)
-            if h:
-                table = _split_key(h.group(1))
+            header = _header_of(line)
+            if header is not None:
+                table = _split_key(header)
                 for i in range(1, len(table) + 1):
                     self.lines.setdefault(table[:i], n)
                 continue
-            k = _KEY_RE.match(line)
-            if k:
-                full = table + _split_key(k.group(1))
+            key = _key_of(line)
+            if key is not None:
+                full = table + _split_key(key)
                 for i in range(len(table) + 1, len(full) + 1):
                     self.lines.setdefault(full[:i], n)
 

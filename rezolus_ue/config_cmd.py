@@ -32,10 +32,13 @@ def _load(path: Path) -> tuple[cfg.Config, str | None]:
     from .samplers import options
 
     if path == STDIN:
-        text = sys.stdin.read()
+        try:
+            text = cfg.read_bounded(sys.stdin, "<stdin>")
+        except UnicodeDecodeError:
+            raise ConfigError("<stdin>: not text (expected UTF-8 TOML)") from None
         return cfg.parse(text, options(), Path("<stdin>")), text
-    conf = cfg.load(path, options())
-    return conf, path.read_text()
+    text = cfg.read_text(path)  # once: a pipe cannot be read twice
+    return cfg.parse(text, options(), path), text
 
 
 def _toml_value(opt: cfg.Option, value: object) -> object:
@@ -83,14 +86,23 @@ def effective(text: str, conf: cfg.Config,
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    path = args.file or cfg.SYSTEM_CONFIG
+    from .samplers import options
+
+    path = args.file
     try:
-        conf, _ = _load(path)
+        if path is None and not cfg.SYSTEM_CONFIG.exists():
+            # What `run` does without --config: not an error, the defaults apply.
+            conf, source = cfg.defaults(options()), (
+                f"{cfg.SYSTEM_CONFIG} does not exist: `rezolus-ue run` uses the built-in"
+                " defaults")
+        else:
+            conf, _ = _load(path or cfg.SYSTEM_CONFIG)
+            source = f"{conf.path}: ok"
     except ConfigError as e:
         print(e, file=sys.stderr)
         return 1
     enabled = sum(conf.sampler_enabled(n) for n in conf.samplers)
-    print(f"{conf.path}: ok ({enabled} of {len(conf.samplers)} samplers enabled)")
+    print(f"{source} ({enabled} of {len(conf.samplers)} samplers enabled)")
     return 0
 
 
@@ -135,12 +147,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "check", formatter_class=fmt, help="validate FILE; exit 0 if valid, 1 if not",
         description="Validate FILE as `run` would, without running anything. Prints"
         " 'FILE: ok' and exits 0, or prints the first problem as FILE:LINE: message and"
-        " exits 1. When run as root or with capabilities, a file writable by its group or"
-        " others, or owned by another user, is refused as `run` refuses it.",
+        f" exits 1. Without FILE, checks {cfg.SYSTEM_CONFIG}, or, when it does not exist,"
+        " says that `run` uses the built-in defaults (exit 0). When run as root or with"
+        " capabilities, a file writable by its group or others, or owned by another user,"
+        " is refused as `run` refuses it.",
     )
-    chk.add_argument("file", metavar="FILE", type=Path, nargs="?",
+    chk.add_argument("file", metavar="FILE", type=cfg.path_arg, nargs="?",
                      help=f"the TOML file, '-' for standard input (default:"
-                     f" {cfg.SYSTEM_CONFIG})")
+                     f" {cfg.SYSTEM_CONFIG}, else the built-in defaults)")
     chk.set_defaults(func=_cmd_check)
     show = actions.add_parser(
         "show", formatter_class=fmt,
@@ -150,7 +164,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         f" at its default value, marked '# {DEFAULT_MARK}'. The output is a valid config"
         " that `run` reads as the same configuration.",
     )
-    show.add_argument("file", metavar="FILE", type=Path, nargs="?",
+    show.add_argument("file", metavar="FILE", type=cfg.path_arg, nargs="?",
                       help=f"the TOML file, '-' for standard input (default:"
                       f" {cfg.SYSTEM_CONFIG} if it exists, else the built-in defaults)")
     show.set_defaults(func=_cmd_show)

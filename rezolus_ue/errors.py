@@ -7,6 +7,8 @@ line and exits non-zero; nothing above the boundary sees a raw ``OSError``.
 
 from __future__ import annotations
 
+import errno
+
 
 class RezolusError(Exception):
     """Base class: a condition the user can act on; ``str()`` is the one-line message."""
@@ -44,3 +46,36 @@ class SamplerUnavailable(RezolusError):
 
 class EventConflict(RezolusError):
     """An event of the same name is already registered with another format (EADDRINUSE)."""
+
+
+#: What to do about the OS errors a user causes with a path (one declaration for every
+#: command: names, permissions, full or read-only disks).
+_PATH_REMEDIES = {
+    errno.EACCES: "permission denied: run as a user who may {doing} it, or choose another path",
+    errno.EPERM: "operation not permitted: run as a user who may {doing} it, or choose"
+                 " another path",
+    errno.EROFS: "read-only file system: choose a path on a writable file system",
+    errno.ENOSPC: "no space left on the device: free some space or choose another path",
+    errno.EDQUOT: "disk quota exceeded: free some space or choose another path",
+    errno.ENAMETOOLONG: "file name too long: choose a shorter name",
+    errno.ENOENT: "no such file or directory",
+    errno.ENOTDIR: "a component of the path is not a directory",
+    errno.EISDIR: "is a directory",
+    errno.ELOOP: "too many levels of symbolic links",
+    errno.EIO: "input/output error: the device reports a fault (see dmesg)",
+}
+
+
+def os_error_reason(err: OSError | ValueError, doing: str = "read") -> str:
+    """Return why a path could not be used and what to do, as words for a message.
+
+    ``err`` is an OSError, or the ValueError the os module raises for a NUL in a path."""
+    if not isinstance(err, OSError):
+        return "a path cannot contain a NUL character"
+    return _PATH_REMEDIES.get(err.errno or 0, err.strerror or str(err)).format(doing=doing)
+
+
+def os_error_text(err: OSError | ValueError, path: object, doing: str = "read") -> str:
+    """Return one line saying that ``doing`` ``path`` failed, why, and what to do."""
+    shown = repr(str(path)) if "\0" in str(path) else path
+    return f"cannot {doing} {shown}: {os_error_reason(err, doing)}"

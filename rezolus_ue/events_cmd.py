@@ -33,12 +33,14 @@ BPF_NOTE = ("BPF programs are loaded and attached only while a consumer has one 
 def watch_commands(event: EventSchema, tracefs: Path) -> tuple[str, str]:
     """Return the perf and the ftrace command that show ``event``'s records."""
     perf = f"perf record -e {GROUP}:{event.name} -a -- sleep 5 && perf script"
-    ev = tracefs / "events" / GROUP / event.name / "enable"
-    ftrace = f"echo 1 > {ev} && cat {tracefs}/trace_pipe"
+    # An instance of our own: the global buffer is everyone else's tracing too.
+    inst = tracefs / "instances" / "rezolus"
+    ftrace = (f"mkdir -p {inst} && echo 1 > {inst}/events/{GROUP}/{event.name}/enable"
+              f" && cat {inst}/trace_pipe")
     return perf, ftrace
 
 
-def bpf_state(name: str, info: Mapping[str, str]) -> str:
+def bpf_state(name: str, info: Mapping[str, object]) -> str:
     """Return what a sampler's BPF programs are doing: "attached", "detached" or
     "not loaded"; "-" for a sampler without BPF.
 
@@ -49,7 +51,7 @@ def bpf_state(name: str, info: Mapping[str, str]) -> str:
         return "-"
     if info.get("status") in ("unavailable", "disabled"):
         return "not loaded"
-    reason = info.get("reason") or ""
+    reason = str(info.get("reason") or "")
     for state in ("attached", "detached"):
         if reason.startswith(state):
             return state
@@ -69,28 +71,40 @@ def bpf_why(status: str, reason: str) -> str:
     return f"{cause} (attached as {kinds}, collect {mode})"
 
 
-def sampler_rows(samplers: Mapping[str, Mapping[str, str]]) -> list[tuple[str, str, str, str]]:
-    """Return (sampler, status, BPF programs, why) for each sampler in the agent's status."""
+def sampler_rows(samplers: Mapping[str, Mapping[str, object]]
+                 ) -> list[tuple[str, str, str, str, str]]:
+    """Return (sampler, status, errors, BPF programs, why) for each sampler in the agent's
+    status: a failed sampler's why is its latest error; another's latest error, if it had
+    one, follows its why."""
     rows = []
     for name, info in samplers.items():
-        status, reason = info.get("status", "?"), info.get("reason") or ""
+        status, reason = str(info.get("status", "?")), str(info.get("reason") or "")
+        errors, last = info.get("errors", 0), str(info.get("last_error") or "")
         bpf = bpf_state(name, info)
-        if bpf in ("attached", "detached"):
+        if status == "failed":
+            why = last or "failed"
+        elif bpf in ("attached", "detached"):
             why = bpf_why(status, reason)
         else:
             why = reason or _WHY.get(status, "")
-        rows.append((name, status, bpf, why))
+        if last and last not in why:
+            why += f" (latest error: {last})"
+        rows.append((name, status, str(errors), bpf, why))
     return rows
+
+
+_STYLE = {"failed": "bold red", "unavailable": "yellow"}
 
 
 def sampler_table(agent: Mapping) -> Table:
     """Return the table of the running agent's samplers (``agent``: its status.json)."""
     table = Table(title=f"samplers of the running agent (pid {agent['pid']})",
                   title_justify="left")
-    for col in ("sampler", "status", "BPF programs", "why"):
-        table.add_column(col, no_wrap=col != "why")
+    for col in ("sampler", "status", "errors", "BPF programs", "why"):
+        table.add_column(col, no_wrap=col != "why", justify="right" if col == "errors"
+                         else "left")
     for row in sampler_rows(agent["samplers"]):
-        table.add_row(*row)
+        table.add_row(*row, style=_STYLE.get(row[1]))
     return table
 
 

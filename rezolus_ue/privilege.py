@@ -126,6 +126,19 @@ def drop_to(keep: Iterable[str] = RUNTIME_CAPS, procfs: Path = Path("/proc"),
     return sorted(cap_name(n) for n in held - keep_nums)
 
 
+def require_user(user: str) -> None:
+    """Raise RezolusError, saying how to create it, if ``user`` does not exist."""
+    import pwd
+
+    from .errors import RezolusError
+
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        raise RezolusError(f"--user {user}: no such user (create it, e.g. with"
+                           " `rezolus-ue install-service`, which runs systemd-sysusers)") from None
+
+
 def become(user: str, libc: ctypes.CDLL | None = None) -> None:
     """Switch uid, gid and groups to ``user``'s, keeping the permitted capabilities."""
     import grp
@@ -160,11 +173,10 @@ def drop_after_start(procfs: Path = Path("/proc"), user: str | None = None) -> N
     """
     from .errors import RezolusError
 
+    if user is not None:
+        require_user(user)
     try:
         dropped = drop_to(RUNTIME_CAPS, procfs, user)
-    except KeyError:
-        raise RezolusError(f"--user {user}: no such user (create it, e.g. with"
-                           " `rezolus-ue install-service`, which runs systemd-sysusers)") from None
     except OSError as e:
         if user is not None:
             raise RezolusError(f"cannot become user {user}: {e.strerror}") from None

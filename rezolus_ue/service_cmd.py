@@ -17,6 +17,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from . import config as cfg
@@ -231,11 +232,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "install-service", formatter_class=argparse.RawDescriptionHelpFormatter,
         help="install the systemd units, config file and man pages",
-        description=f"Install {AGENT_UNIT} and {EXPORTER_UNIT} into /etc/systemd/system"
-        " (hardened: see docs/security.md), with ExecStart= running this installation;"
-        f" create {cfg.SYSTEM_CONFIG} with every option at its default (mode 0644) unless"
-        " it exists; install the man pages under /usr/local/share/man. Then print the"
-        " systemctl commands that enable and start the services.",
+        description=textwrap.fill(
+            f"Install {AGENT_UNIT} and {EXPORTER_UNIT} into /etc/systemd/system (hardened:"
+            " see docs/security.md), with ExecStart= running this installation; create"
+            f" {cfg.SYSTEM_CONFIG} with every option at its default (mode 0644) unless it"
+            " exists; install the man pages under /usr/local/share/man; create the"
+            f" {USER} system user and the tracing group. Then print the systemctl commands"
+            " that enable and start the services. The agent's unit starts it as root, to"
+            f" register its events, and it then runs as {USER} with only CAP_BPF and"
+            " CAP_PERFMON.", 79),
         epilog="examples:\n"
         "  sudo /opt/rezolus-ue/.venv/bin/rezolus-ue install-service\n"
         "  sudo /opt/rezolus-ue/.venv/bin/rezolus-ue install-service --now\n"
@@ -250,9 +255,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-exporter", action="store_true",
                    help=f"install only {AGENT_UNIT}, not {EXPORTER_UNIT}")
     p.add_argument("--no-create-user", dest="create_user", action="store_false",
-                   help="do not create the rezolus-ue system user and the tracing group"
-                   " with systemd-sysusers (they must exist: the agent's unit runs as"
-                   " rezolus-ue)")
+                   help=f"do not create the {USER} system user and the tracing group"
+                   " with systemd-sysusers (they must exist: the agent's unit starts as"
+                   f" root and then switches to {USER})")
     # Accepted for scripts written before it became the default.
     p.add_argument("--create-user", dest="create_user", action="store_true",
                    help=argparse.SUPPRESS)

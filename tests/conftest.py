@@ -136,6 +136,9 @@ class VMResults:
         cmd = [
             _which("vng") or "vng", "--run", KERNEL_IMAGE, "--disable-kvm", "--force-9p",
             "--user", "root", "--cpus", "2", "--memory", "4G", "--rwdir", str(ROOT),
+            # The guest writes its report and log there: outside the checkout it needs a
+            # writable share of its own (the guest's /tmp is its own tmpfs).
+            *(() if VM_DIR.is_relative_to(ROOT) else ("--rwdir", str(VM_DIR))),
             "--verbose",  # the guest kernel's console lands in vng.log: why a guest died
             # One host thread emulates both guest CPUs: with multi-threaded TCG, the
             # kernel's live code patching (text_poke's int3, on every tracepoint or BPF

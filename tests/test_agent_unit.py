@@ -22,10 +22,17 @@ from rezolus_ue import config
 from rezolus_ue.agent import Agent, SamplerState, read_status
 from rezolus_ue.errors import KernelFeatureMissing
 from rezolus_ue.metrics import h2
-from rezolus_ue.metrics.catalog import AGENT_SAMPLER, CPU_CORES, CPU_USAGE, STATUS_CODES
+from rezolus_ue.metrics.catalog import (
+    AGENT_SAMPLER,
+    AGENT_STATUS,
+    CPU_CORES,
+    CPU_USAGE,
+    STATUS_CODES,
+    STATUS_TEXT_MAX,
+)
 from rezolus_ue.metrics.family import Family, counter, gauge
 from rezolus_ue.samplers import REGISTRY, Roots, Sampler, SamplerContext, options
-from rezolus_ue.samplers.agent import AgentSelf, fds_by_size
+from rezolus_ue.samplers.agent import AgentSelf, fds_by_size, fit_text
 from rezolus_ue.samplers.base import FamilySampler
 from rezolus_ue.samplers.cpu.usage import CpuUsage
 from rezolus_ue.schema import AGENT
@@ -212,7 +219,32 @@ def test_sampler_errors_are_logged_rate_limited(caplog: pytest.LogCaptureFixture
         for t in range(100):
             agent.tick(t, True)
     msgs = [r.getMessage() for r in caplog.records]
-    assert msgs == ["sampler boom failed (1 times): boom", "sampler boom failed (100 times): boom"]
+    assert msgs == ["sampler boom: refresh failed (1 errors): RuntimeError: boom",
+                    "sampler boom: refresh failed (100 errors): RuntimeError: boom"]
+
+
+def test_a_failing_sampler_is_failed_with_its_error_until_a_refresh_succeeds() -> None:
+    boom = FakeSampler(fail=True)
+    agent = make_agent(boom=boom)
+    agent.tick(1, True)
+    st = agent.states["boom"]
+    assert (st.status, st.state, st.errors) == ("active", "failed", 1)
+    assert st.last_error == "RuntimeError: boom"
+    boom.fail = False
+    agent.tick(2, True)
+    # Recovered: active again; the count and the latest error stay for the record.
+    assert (st.state, st.errors, st.last_error) == ("active", 1, "RuntimeError: boom")
+
+
+def test_error_text_is_one_line() -> None:
+    from rezolus_ue.agent import error_text
+    from rezolus_ue.errors import RezolusError, SamplerUnavailable
+
+    assert error_text(KeyError("cpu")) == "KeyError: 'cpu'"
+    assert error_text(ValueError("bad\n  line")) == "ValueError: bad line"
+    assert error_text(RuntimeError()) == "RuntimeError"
+    assert error_text(RezolusError("cannot open x")) == "cannot open x"  # written for users
+    assert error_text(SamplerUnavailable("tcp", "no BTF")) == "no BTF"
 
 
 def test_sampler_without_consumer_is_idle_and_not_called() -> None:
@@ -284,8 +316,9 @@ def test_status_file_tracks_transitions(tmp_path: Path) -> None:
     doc = read_status(tmp_path)
     assert doc is not None
     assert doc["pid"] == os.getpid()
-    assert doc["samplers"] == {"s": {"status": "idle", "reason": ""},
-                               "gone": {"status": "unavailable", "reason": "not here"}}
+    assert doc["samplers"] == {
+        "s": {"status": "idle", "reason": "", "errors": 0, "last_error": ""},
+        "gone": {"status": "unavailable", "reason": "not here", "errors": 0, "last_error": ""}}
     s.handle.word.value = 1
     agent.tick(2, True)
     assert read_status(tmp_path)["samplers"]["s"]["status"] == "active"  # type: ignore[index]
@@ -369,7 +402,8 @@ def test_agent_sampler_packs_the_stats_in_schema_order(tmp_path: Path) -> None:
     handle, per_sampler = FakeHandle(), FakeHandle(enabled=False)
     sampler = make_agent_sampler(tmp_path, stats)
     try:
-        sampler.bind({AGENT.name: handle, AGENT_SAMPLER.schema.name: per_sampler})
+        sampler.bind({AGENT.name: handle, AGENT_SAMPLER.schema.name: per_sampler,
+                      AGENT_STATUS.schema.name: FakeHandle(False)})
         assert sampler.wanted and not sampler.dist_wanted
         sampler.publish(0)
     finally:
@@ -402,7 +436,8 @@ def test_agent_sampler_publishes_each_samplers_cost(tmp_path: Path) -> None:
     sampler = make_agent_sampler(tmp_path, {}, [a, b])
     schema = AGENT_SAMPLER.schema
     try:
-        sampler.bind({AGENT.name: agent_h, schema.name: handle})
+        sampler.bind({AGENT.name: agent_h, schema.name: handle,
+                      AGENT_STATUS.schema.name: FakeHandle(False)})
         sampler.publish(0)
         a.cost_us.record(50)
         sampler.publish(1)
@@ -424,13 +459,45 @@ def test_agent_sampler_publishes_each_samplers_cost(tmp_path: Path) -> None:
     assert all((r["part"], r["parts"]) == (0, 1) for r in recs)
 
 
+def test_agent_sampler_publishes_each_samplers_state_reason_and_errors(tmp_path: Path
+                                                                      ) -> None:
+    fake_procfs(tmp_path)
+    ok = SamplerState("cpu_usage", None, "active")
+    failing = SamplerState("memory", None, "active", errors=3, last_error="KeyError: 'x'",
+                           failing=True)
+    failing.sampler = FakeSampler()  # still tried: failed, not unavailable
+    gone = SamplerState("tcp", None, "unavailable", "no BTF: " + "é" * 400, errors=1,
+                        last_error="no BTF")
+    status_h = FakeHandle()
+    sampler = make_agent_sampler(tmp_path, {}, [ok, failing, gone])
+    try:
+        sampler.bind({AGENT.name: FakeHandle(False),
+                      AGENT_SAMPLER.schema.name: FakeHandle(False),
+                      AGENT_STATUS.schema.name: status_h})
+        sampler.publish(0)
+    finally:
+        sampler.close()
+    recs = [AGENT_STATUS.schema.unpack(p) for p in status_h.payloads]
+    assert [(r["sampler"], r["state"], r["last_error"], r["errors"]) for r in recs] == [
+        ("cpu_usage", "active", "", 0),
+        ("memory", "failed", "KeyError: 'x'", 3),
+        ("tcp", "unavailable", "no BTF", 1),
+    ]
+    # A long reason is cut at a character boundary, within the field, with an ellipsis.
+    reason = recs[2]["reason"]
+    assert isinstance(reason, str) and reason.startswith("no BTF: é") and reason.endswith("…")
+    assert len(reason.encode()) <= STATUS_TEXT_MAX
+    assert fit_text("short") == "short"
+
+
 def test_agent_sampler_first_record_after_enabling_covers_one_interval(tmp_path: Path) -> None:
     fake_procfs(tmp_path)
     st = SamplerState("cpu_usage", None, "active")
     agent_h, per_sampler = FakeHandle(), FakeHandle(enabled=False)
     sampler = make_agent_sampler(tmp_path, make_agent().stats(), [st])
     try:
-        sampler.bind({AGENT.name: agent_h, AGENT_SAMPLER.schema.name: per_sampler})
+        sampler.bind({AGENT.name: agent_h, AGENT_SAMPLER.schema.name: per_sampler,
+                      AGENT_STATUS.schema.name: FakeHandle(False)})
         st.cost_us.record_many([10] * 100)  # refreshes while nobody watched their cost
         sampler.publish(0)
         per_sampler.word.value = 1  # a consumer enables rezolus_agent_sampler
@@ -631,6 +698,21 @@ def test_start_without_user_events_raises(tmp_path: Path) -> None:
     agent.close()  # nothing was opened: closing is harmless
 
 
+def test_a_sampler_that_raises_at_start_is_unavailable_and_counted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sampler bug at start (here a parse of what it found) must not stop the agent."""
+    def broken_start(self: CpuUsage) -> None:
+        raise ValueError("invalid literal for int() with base 10: b'oops'")
+
+    monkeypatch.setattr(CpuUsage, "start", broken_start)
+    agent = make_agent()
+    agent.publisher = FakePublisher()  # type: ignore[assignment]
+    st = agent._start_sampler("cpu_usage")
+    assert (st.state, st.errors, agent.sampler_errors) == ("unavailable", 1, 1)
+    assert st.reason == ("failed to start: ValueError: invalid literal for int() with base"
+                         " 10: b'oops'")
+
+
 def test_close_closes_every_sampler_even_if_one_raises() -> None:
     a, boom, b = FakeSampler(), FakeSampler(fail=True), FakeSampler()
     agent = make_agent(a=a, boom=boom, gone=None, b=b)
@@ -783,7 +865,12 @@ def test_reload_adds_removes_and_retunes_keeping_unchanged_samplers() -> None:
         cg["max_cgroups"] = int(cg["max_cgroups"]) + 1  # type: ignore[call-overload]
         new = config.Config(None, new.agent, {**new.samplers, "cgroup": cg})
         old_cgroup = agent.states["cgroup"].sampler
+        agent.states["cgroup"].errors, agent.states["cgroup"].last_error = 2, "OSError: x"
+        agent.sampler_errors = 2
         changes = agent.reload(new)
+        # A restarted sampler keeps its errors: they still add up to the agent's total.
+        assert (agent.states["cgroup"].errors, agent.states["cgroup"].last_error) == (
+            2, "OSError: x")
         assert agent.states["cpu_usage"].sampler is cpu, "unchanged sampler restarted"
         assert agent.states["cpu_usage"].sampler.handles == cpu_handles  # type: ignore[union-attr]
         assert agent.states["memory"].status == "disabled"
@@ -866,6 +953,22 @@ def test_sampler_that_cannot_activate_becomes_unavailable_and_unregisters() -> N
     assert agent.states["good"].status == "active" and good.publishes == [1]
     agent.tick(2, True)  # not retried
     assert agent.sampler_errors == 1
+    # Its own count agrees with the agent's total, and keeps the reason as its error.
+    assert (st.errors, st.state, st.last_error) == (1, "unavailable", st.reason)
+
+
+def test_status_file_names_a_failing_sampler_with_its_error_and_count(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path, boom=FakeSampler(fail=True), bad=Unloadable())
+    for t in range(3):
+        agent.tick(t, True)
+    doc = read_status(tmp_path)
+    assert doc is not None
+    assert doc["samplers"]["boom"] == {"status": "failed", "reason": "", "errors": 3,
+                                       "last_error": "RuntimeError: boom"}
+    bad = doc["samplers"]["bad"]
+    assert (bad["status"], bad["errors"]) == ("unavailable", 1)
+    assert "verifier rejected" in bad["reason"] and bad["last_error"] == bad["reason"]
+    assert sum(s["errors"] for s in doc["samplers"].values()) == agent.sampler_errors == 4
 
 
 class SlowToActivate(FakeSampler):

@@ -80,10 +80,23 @@ def test_check_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert code == 1 and err == f"{tmp_path / 'nope.toml'}: no such file\n"
 
 
-def test_check_without_file_checks_the_system_config(capsys: pytest.CaptureFixture[str]
-                                                     ) -> None:
+def test_check_without_file_checks_the_system_config(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cfg, "SYSTEM_CONFIG", write(tmp_path, '[agent]\nbogus = 1\n'))
     code, _, err = run(capsys, "check")
-    assert code == 1 and err == f"{cfg.SYSTEM_CONFIG}: no such file\n"
+    assert code == 1 and err.startswith(f"{cfg.SYSTEM_CONFIG}:2: ")
+
+
+def test_check_without_any_file_says_the_defaults_apply(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """As `run` does without --config and without the system file: not an error."""
+    monkeypatch.setattr(cfg, "SYSTEM_CONFIG", tmp_path / "absent.toml")
+    code, out, err = run(capsys, "check")
+    assert code == 0 and err == ""
+    assert out.startswith(f"{tmp_path / 'absent.toml'} does not exist: `rezolus-ue run` uses"
+                          " the built-in defaults (")
 
 
 def test_check_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch

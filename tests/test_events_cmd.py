@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from rich.console import Console
 
@@ -16,6 +18,11 @@ STATUS = {
         "blockio": {"status": "disabled", "reason": "disabled in config"},
         "scheduler_runqueue": {"status": "idle", "reason":
                                "detached: no consumer (collect on-demand; attaches as tp_btf)"},
+        "network": {"status": "failed", "reason": "", "errors": 7,
+                    "last_error": "ValueError: bad rtnetlink reply"},
+        "tcp": {"status": "unavailable", "reason": "no BTF", "errors": 1, "last_error": "no BTF"},
+        "cgroup": {"status": "active", "reason": "", "errors": 2,
+                   "last_error": "OSError: [Errno 19] No such device"},
     },
 }
 
@@ -36,11 +43,17 @@ def test_bpf_state_follows_the_samplers_detail() -> None:
 
 def test_rows_say_why() -> None:
     rows = {r[0]: r[1:] for r in sampler_rows(STATUS["samplers"])}
-    assert rows["cpu_usage"] == ("active", "-", "a consumer is listening: sampling")
-    assert rows["memory"] == ("idle", "-", "no consumer: not sampling")
-    assert rows["blockio"] == ("disabled", "-", "disabled in config")
+    assert rows["cpu_usage"] == ("active", "0", "-", "a consumer is listening: sampling")
+    assert rows["memory"] == ("idle", "0", "-", "no consumer: not sampling")
+    assert rows["blockio"] == ("disabled", "0", "-", "disabled in config")
     assert rows["scheduler_runqueue"] == (
-        "idle", "detached", "no consumer (collect on-demand; attaches as tp_btf)")
+        "idle", "0", "detached", "no consumer (collect on-demand; attaches as tp_btf)")
+    # A failed sampler's why is its latest error; an unavailable one's, its reason (once).
+    assert rows["network"] == ("failed", "7", "-", "ValueError: bad rtnetlink reply")
+    assert rows["tcp"] == ("unavailable", "1", "not loaded", "no BTF")
+    # Recovered, but it had errors: the latest stays visible.
+    assert rows["cgroup"] == ("active", "2", "-", "a consumer is listening: sampling (latest"
+                              " error: OSError: [Errno 19] No such device)")
 
 
 @pytest.mark.parametrize(("status", "reason", "why"), [
@@ -67,4 +80,6 @@ def test_table_renders_every_sampler() -> None:
     assert "BPF programs" in text
     line = next(ln for ln in text.splitlines() if "scheduler_runqueue" in ln)
     assert "detached" in line and "no consumer" in line
+    line = next(ln for ln in text.splitlines() if "network" in ln)
+    assert re.search(r"network\s+│ failed\s+│\s+7 │.*ValueError: bad rtnetlink reply", line), line
     assert "on-demand" in BPF_NOTE

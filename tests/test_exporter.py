@@ -87,6 +87,7 @@ LABEL_VALUES: dict[str, tuple[object, ...]] = {
     "resource": ("cpu", "io"), "sampler": ("cpu_usage", "network"),
     "cgroup": ("/system.slice/ssh.service", '/user.slice/we"ird\\name'),
     "op": ("read", "write"), "kind": ("net_rx", "timer"), "reason": ("NO_SOCKET", "OTHER"),
+    "state": ("active", "failed"), "last_error": ("", 'KeyError: "cpu"'),
 }
 
 

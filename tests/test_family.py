@@ -149,7 +149,8 @@ def test_catalog_event_names_unique() -> None:
 
 
 def test_catalog_status_codes_cover_the_agent_states() -> None:
-    assert catalog.STATUS_CODES == {"idle": 0, "active": 1, "unavailable": 2, "disabled": 3}
+    assert catalog.STATUS_CODES == {"idle": 0, "active": 1, "unavailable": 2, "disabled": 3,
+                                    "failed": 4}
 
 
 # --- Oversampler -------------------------------------------------------------------------

@@ -42,9 +42,9 @@ import json, os
 from rezolus_ue import privilege
 from rezolus_ue.samplers import Roots, SamplerContext
 from rezolus_ue.samplers.scheduler_runqueue import SchedulerRunqueue
-dropped = privilege.drop_to()
 s = SchedulerRunqueue(SamplerContext(Roots(), {"attach": "auto", "collect": "on-demand"}))
-s.start()
+s.start()  # as the agent: start as root, then drop, then load on demand
+dropped = privilege.drop_to()
 s.activate()
 attached = s.bpf.attached
 s.deactivate()

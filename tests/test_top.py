@@ -7,10 +7,12 @@ decode them); the expected figures below are worked out by hand from those recor
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import termios
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import numpy as np
@@ -67,6 +69,10 @@ class Host:
                    for i in range(cgroups)}
         self.agent_cpu = [1 * S, S // 2]
         self.written = 1000
+        # PSI stall totals (us) of cpu, memory, io: some, full.
+        self.psi = {"cpu": [0, 0], "memory": [0, 0], "io": [0, 0]}
+        #: Each sampler's (state, reason, last_error, errors), as rezolus_agent_status says.
+        self.status = {"cpu_usage": ("active", "", "", 0), "memory": ("active", "", "", 0)}
 
     def advance(self, cpu: list[list[int]] | None = None, dt: int = S) -> None:
         """Move time on by ``dt``; add ``cpu[i]`` (8 state deltas) to each CPU."""
@@ -101,6 +107,10 @@ class Host:
             v[6] += i * MiB
         self.agent_cpu[0] += S // 100
         self.written += 500
+        # cpu: some task stalled 5% of the time; io: 20% some, 10% full.
+        for res, (some, full) in (("cpu", (0.05, 0)), ("memory", (0, 0)), ("io", (0.2, 0.1))):
+            self.psi[res][0] += int(some * dt / 1000)
+            self.psi[res][1] += int(full * dt / 1000)
 
     def records(self, dist_max: dict[int, int] | None = None) -> list[Record]:
         """Return one agent tick's records, in the order the agent writes them."""
@@ -115,6 +125,8 @@ class Host:
         out.append(rec("rezolus_scheduler", t + 20, *self.sched, 3, 1))
         out.append(rec("rezolus_memory", t + 30, 16 * GiB, 2 * GiB, 12 * GiB, 256 * MiB,
                        6 * GiB, 12 * MiB, 0, 512 * MiB, 2 * GiB, 2 * GiB))
+        for res, (some, full) in self.psi.items():  # avg10: 3% some, 1% full everywhere
+            out.append(rec("rezolus_pressure", t + 35, res, 30_000, 10_000, some, full))
         for name, d in self.disk.items():
             out.append(rec("rezolus_blockio_device", t + 40, name, *d, 2))
         for name, d in self.net.items():
@@ -126,6 +138,8 @@ class Host:
         out += hist_recs("rezolus_agent_sampler", t + 80, ("cpu_usage",), (1, 10, 0),
                          [100, 120, 130, 400, 1000])
         out += hist_recs("rezolus_agent_sampler", t + 81, ("memory",), (1, 10, 0), [50] * 4)
+        for name, st in self.status.items():
+            out.append(rec("rezolus_agent_status", t + 82, name, *st))
         return out
 
 
@@ -333,12 +347,12 @@ def test_any_histogram_event_shows_in_the_scheduler_panel() -> None:
     h = m.view.hists[0]
     assert h.event == RUNQ and h.count == 100 and h.unit == "ns"
     out = text_of(m, 100, 30)
-    row = next(ln for ln in out.split("\n") if "scheduler_runqueue_latency" in ln)
+    row = next(ln for ln in out.split("\n") if "scheduler runqueue latency" in ln)
     p50 = top.fmt_value(h2.bucket_bounds(h2.bucket_index(5000))[1], "ns")
     p99 = top.fmt_value(h2.bucket_bounds(h2.bucket_index(2_000_000))[1], "ns")
     assert re.search(rf"latency\s+100\s+{p50}\s+{p50}\s+{p99}\s+{p99}", row), row
     # It comes before the agent's own refresh cost.
-    assert out.index("scheduler_runqueue_latency") < out.index("refresh_us")
+    assert out.index("scheduler runqueue latency") < out.index("agent sampler refresh")
 
 
 def test_render_120x40_two_columns() -> None:
@@ -346,7 +360,7 @@ def test_render_120x40_two_columns() -> None:
     lines = out.split("\n")[:-1]
     assert len(lines) == 40 and max(len(line) for line in lines) <= 120
     assert "│" in lines[5]
-    assert "refresh_us cpu_usage" in out
+    assert "agent refresh cpu_usage" in out
     # Wide enough for the per-CPU peak: CPU1's interval max was 100%.
     assert re.search(r"1\[.*\] 97\.0%\s*↑100%", out)
     assert re.search(r"7\[.*\] 10\.0%", out)
@@ -373,9 +387,18 @@ def test_no_line_wider_than_the_screen(size: tuple[int, int]) -> None:
         assert max(len(line) for line in lines) <= w
 
 
-def test_waiting_for_the_agent() -> None:
-    out = text_of(Model(host="testhost"))
-    assert "waiting for the agent" in out and "waiting for the first records" in out
+def test_waiting_says_what_top_waits_for_and_subscribed_to() -> None:
+    m = Model(host="testhost")
+    assert "subscribing to" in text_of(m)  # drawn before subscribing: at once
+    m.subscribed = ()
+    out = text_of(m)
+    assert "waiting for the agent (sudo rezolus-ue run)" in out
+    assert "none of top's events is registered" in out
+    m.subscribed = ("rezolus_agent", "rezolus_cpu_usage")
+    out = text_of(m, 100, 30)
+    assert "waiting for the first records from the agent" in out
+    assert "subscribed to 2 of" in out and "rezolus_cpu_usage" in out
+    assert re.search(r"not registered \(yet\): rezolus_agent_status, rezolus_pressure", out)
 
 
 def test_filter_sort_pause_and_help_in_render() -> None:
@@ -501,6 +524,7 @@ class FakeSubscription:
         self.quiet = False
         self.key_fd = key_fd
         self.lost = 0
+        self.events = list(TOP_EVENTS)
 
     def poll(self, timeout_ms: int) -> list[Record]:
         if self.quiet or not self.left:
@@ -524,21 +548,28 @@ class FakeLive:
         self.frames.append(renderable.plain)
 
 
-def test_loop_draws_a_frame_per_tick_and_quits_on_q() -> None:
+def run_loop(live: FakeLive, sub: Callable[[int], FakeSubscription | None],
+             keys: bytes = b"") -> None:
+    """Run top's loop on an 80x24 screen until the stand-in subscription has quit it;
+    ``sub(key_fd)`` is the subscription to start with (None: the loop subscribes)."""
     r, w = os.pipe()
     try:
-        os.write(w, b"s")
-        sub = FakeSubscription(3, w)
-        live = FakeLive()
+        os.write(w, keys)
         console = SimpleNamespace(size=SimpleNamespace(width=80, height=24))
-        top._loop([sub], Model(), UiState(), live, console, r)
+        top._loop([sub(w)], Model(), UiState(), live, console, r)
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_loop_draws_a_frame_per_tick_and_quits_on_q() -> None:
+    live = FakeLive()
+    run_loop(live, lambda w: FakeSubscription(3, w), b"s")
     # The waiting screen, then one frame per tick; the key redrew at once (sort mem).
     assert "waiting for the first records" in live.frames[0]
+    assert "subscribed to" in live.frames[0]
     assert sum("CPU " in f for f in live.frames) == 3
-    assert "sort mem" in live.frames[-1]
+    assert "mem▼" in live.frames[-1]  # the sorted column
 
 
 def test_cbreak_restores_the_terminal_on_error() -> None:
@@ -554,3 +585,213 @@ def test_cbreak_restores_the_terminal_on_error() -> None:
     finally:
         os.close(master)
         os.close(slave)
+
+
+# --- a slow agent, the samplers' status, pressure ------------------------------------------
+
+
+def slow_ticks(m: Model, host: Host, ticks: int, bursts: int = 4, gap: int = 800_000_000
+               ) -> None:
+    """Feed ``ticks`` agent ticks, each in ``bursts`` bursts ``gap`` apart with quiet
+    between (flush), as a slow agent delivers them: under emulation, BPF samplers loading
+    in the background spread one tick's records over seconds."""
+    for _ in range(ticks):
+        recs = host.records()
+        n = -(-len(recs) // bursts)
+        for k in range(bursts):
+            m.ingest([dataclasses.replace(r, time_ns=r.time_ns + k * gap)
+                      for r in recs[k * n : (k + 1) * n]])
+            m.flush()
+        host.advance(dt=bursts * gap)
+
+
+@pytest.mark.parametrize(("interval_s", "gap_ms"), [(1.0, 950), (0.5, 600)])
+def test_a_slow_agent_whose_ticks_span_several_frames_still_gives_every_row_a_rate(
+        interval_s: float, gap_ms: int) -> None:
+    # Found in the 6.12 VM: frames commit on bursts (one per display interval), so several
+    # per tick; rows were dropped as gone after two frames without a record, so a row seen
+    # once per tick was new at each of its records and never had a rate.
+    host = Host()
+    m = Model(interval_s)
+    slow_ticks(m, host, 3, gap=gap_ms * 1_000_000)
+    assert m.frames >= 9  # more frames than ticks: the case in point
+    v = m.view
+    assert v.disks and all(d.reads_s is not None for d in v.disks)
+    assert v.nets and all(n.rx_bps is not None for n in v.nets)
+    assert v.cgroups and all(c.cpu is not None for c in v.cgroups)
+    assert v.sched is not None and v.sched.ctxsw_s is not None
+    assert v.agent is not None and v.agent.cpu is not None
+    assert all(c.user is not None for c in v.cpus)
+
+
+def test_rows_of_an_event_that_stopped_go_after_three_of_its_periods() -> None:
+    host = Host()
+    m = Model(1.0)
+    for _ in range(3):
+        m.ingest(host.records())
+        m.flush()
+        host.advance()
+    assert m.view.cgroups
+    for _ in range(4):  # the cgroup sampler stops publishing (it failed), the rest goes on
+        m.ingest([r for r in host.records() if r.event != "rezolus_cgroup"])
+        m.flush()
+        host.advance()
+    assert m.view.cgroups == () and m.view.disks
+
+
+def troubled_host() -> Host:
+    host = Host()
+    host.status.update({
+        "tcp": ("unavailable", "loading tcp.bpf.o: operation not permitted: run as root, or"
+                " grant CAP_BPF and CAP_PERFMON", "loading tcp.bpf.o: operation not"
+                " permitted", 1),
+        "network": ("failed", "", "ValueError: bad rtnetlink reply", 7),
+        "cgroup": ("active", "", "OSError: [Errno 19] No such device", 2),
+        "perf_hardware": ("disabled", "disabled in config", "", 0),
+    })
+    return host
+
+
+def feed(host: Host, ticks: int = 2, m: Model | None = None) -> Model:
+    m = m or Model(1.0)
+    for _ in range(ticks):
+        m.ingest(host.records())
+        m.flush()
+        host.advance()
+    return m
+
+
+def test_samplers_come_from_the_agents_status_records() -> None:
+    host = troubled_host()
+    m = feed(host)
+    rows = {r.sampler: r for r in m.view.samplers}
+    assert rows["network"].state == "failed" and rows["network"].errors == 7
+    assert rows["network"].why == "ValueError: bad rtnetlink reply"  # the error, when failed
+    assert rows["tcp"].why.startswith("loading tcp.bpf.o: operation not permitted: run as")
+    assert [r.sampler for r in top.troubled(m.view.samplers)] == ["network", "tcp", "cgroup"]
+    # The agent stops publishing a sampler (removed by a reload): it goes with the publish.
+    del host.status["tcp"]
+    feed(host, 2, m)
+    assert "tcp" not in {r.sampler for r in m.view.samplers}
+
+
+def test_samplers_panel_and_header_at_80x24() -> None:
+    out = text_of(feed(troubled_host()))
+    lines = out.split("\n")
+    assert "samplers 1 failed 1 unavailable (e)" in lines[0]
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("SAMPLER"))
+    assert lines[i].split() == ["SAMPLER", "state", "err", "why", "(e:", "every", "sampler)"]
+    assert lines[i + 1] == "network failed         7  ValueError: bad rtnetlink reply"
+    assert lines[i + 2].startswith("tcp     unavailable    1  loading tcp.bpf.o: operation")
+    assert lines[i + 2].endswith("…") and len(lines[i + 2]) == 80  # cut, not wrapped
+    assert lines[i + 3] == ("cgroup  active         2  recovered; latest error: OSError:"
+                            " [Errno 19] No such …")
+    assert "perf_hardware" not in out  # disabled: the user's choice, not a problem
+
+
+def test_samplers_panel_sits_atop_the_right_column_when_wide() -> None:
+    out = text_of(feed(troubled_host()), 140, 30)
+    first = out.split("\n")[2]
+    assert first.startswith("CPU ") and first.split("│")[1].lstrip().startswith("SAMPLER")
+
+
+def test_key_e_shows_every_sampler_with_its_whole_reason() -> None:
+    m = feed(troubled_host())
+    ui = handle_key(UiState(), "e")
+    assert ui.samplers
+    out = text_of(m, 80, 24, ui)
+    assert "cpu_usage" in out and "perf_hardware" in out and "disabled in config" in out
+    # The reason wraps instead of being cut.
+    assert "grant CAP_BPF and CAP_PERFMON" in out.replace("\n", " ").replace("  ", " ")
+    assert not handle_key(ui, "e").samplers and not handle_key(ui, "\x1b").samplers
+    assert not handle_key(ui, "q").quit  # q closes the screen first, like help
+
+
+def test_header_shows_load_and_pressure() -> None:
+    m = two_intervals()
+    m.loadavg = (0.52, 1.5, 12.25)
+    out = text_of(m, 120, 30)
+    # Stall shares over the frame from the stall-time counters: cpu 5% some; io 20%/10%.
+    assert "load 0.52 1.50 12.25" in out
+    assert "psi cpu 5.0/0% mem 0/0% io 20/10%" in out
+    # One record so far: the kernel's 10 s averages stand in (3% some, 1% full).
+    m1 = Model()
+    m1.ingest(Host().records())
+    m1.flush()
+    assert "psi cpu 3.0/1.0% mem 3.0/1.0%" in text_of(m1, 120, 30)
+
+
+def test_read_loadavg(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    f = tmp_path / "loadavg"
+    f.write_text("0.52 1.50 12.25 3/456 7890\n")
+    assert top.read_loadavg(str(f)) == (0.52, 1.5, 12.25)
+    assert top.read_loadavg(str(tmp_path / "missing")) is None
+    f.write_text("garbage\n")
+    assert top.read_loadavg(str(f)) is None
+
+
+@pytest.mark.parametrize(("event", "label", "width", "name"), [
+    ("rezolus_scheduler_runqueue_latency", "", 30, "scheduler runqueue latency"),
+    ("rezolus_scheduler_runqueue_latency", "", 23, "sched runqueue latency"),
+    ("rezolus_syscall_latency", "poll", 23, "syscall latency poll"),
+    ("rezolus_softirq_duration", "net_rx", 23, "softirq duration net_rx"),
+    ("rezolus_agent_sampler", "cpu_softirq_time", 23, "agent refr cpu_softirq…"),
+    ("rezolus_agent_sampler", "cpu_usage", 23, "agent refresh cpu_usage"),
+    ("rezolus_cgroup_runqueue_latency", "/", 23, "cgroup runq latency /"),
+    ("rezolus_cgroup_runqueue_latency", "/system.slice/docker-0123abcd.scope", 23,
+     "cg runq lat …abcd.scope"),
+    ("rezolus_blockio_size", "read", 23, "blockio size read"),
+    ("rezolus_tcp_connect_latency", "", 12, "tcp conn lat"),
+    ("rezolus_tcp_connect_latency", "", 8, "tcp con…"),
+])
+def test_histogram_rows_are_named_by_subsystem_metric_and_label(
+        event: str, label: str, width: int, name: str) -> None:
+    fam = next(f for f in catalog.FAMILIES if f.event == event)
+    assert fam.histogram is not None
+    subject = top.hist_subject(event, fam.histogram.name, fam.histogram.unit)
+    got = top.fit_hist_name(subject, label, width)
+    assert got == name and len(got) <= width
+
+
+def test_every_histogram_row_name_says_its_subsystem_at_80_columns() -> None:
+    # The name column at 80x24 is 23 cells; each family's name must still start with its
+    # subsystem (the event's first word, or its abbreviation), never cut from the left.
+    short = dict(top._ABBREVIATIONS)
+    for fam in catalog.FAMILIES:
+        h = fam.histogram
+        if h is None:
+            continue
+        name = top.fit_hist_name(top.hist_subject(fam.event, h.name, h.unit), "x" * 40, 23)
+        first = fam.event.removeprefix("rezolus_").split("_")[0]
+        assert name.split()[0] in (first, short.get(first)), (fam.event, name)
+
+
+def test_rows_of_one_histogram_event_share_one_subject() -> None:
+    host = Host()
+    m = Model()
+    for _ in range(2):
+        recs = host.records()
+        for op in ("read", "poll", "filesystem"):
+            recs += hist_recs("rezolus_syscall_latency", host.t + 95, (op,), (S,), [5000])
+        m.ingest(recs)
+        m.flush()
+        host.advance()
+    rows = [ln for ln in text_of(m, 80, 40).split("\n") if ln.startswith("syscall")]
+    # "filesystem" needs the short form at 80 columns; its siblings follow it.
+    assert [r.split()[:3] for r in rows] == [["syscall", "lat", op]
+                                           for op in ("filesystem", "poll", "read")], rows
+
+
+def test_loop_draws_the_first_screen_before_subscribing(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    live = FakeLive()
+    key_fd: list[int] = []
+
+    def subscribe(wait: bool) -> FakeSubscription:
+        assert wait and live.frames, "subscribed before anything was drawn"
+        return FakeSubscription(1, key_fd[0])
+
+    monkeypatch.setattr(top, "_subscribe", subscribe)
+    run_loop(live, lambda w: key_fd.append(w))  # type: ignore[func-returns-value]
+    assert "subscribing to" in live.frames[0]
+    assert any("CPU " in f for f in live.frames)

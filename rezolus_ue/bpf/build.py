@@ -26,12 +26,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..errors import KernelFeatureMissing, RezolusError
+from .libbpf import VMLINUX_BTF
 
 #: The checkout's root (the build works from a source checkout or an editable install).
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIR = ROOT / "bpf"
 OUTPUT_DIR = SOURCE_DIR / ".output"
-VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
 LIBBPF_INCLUDE = Path("/usr/include")
 #: What to tell a user whose objects are missing.
 BUILD_COMMAND = f"{sys.executable} -m rezolus_ue.bpf.build"

@@ -8,7 +8,8 @@ types), probe program types, and run a program with BPF_PROG_TEST_RUN.
 This module is the error boundary: libbpf's negative errnos and NULL-with-errno returns
 become ``RezolusError`` subclasses that say what to do:
 
-* ``PermissionDenied`` (EPERM): names CAP_BPF and CAP_PERFMON;
+* ``PermissionDenied`` (EPERM): names CAP_BPF or CAP_PERFMON where this process lacks
+  one, and otherwise says which step the kernel refused (``not_permitted``);
 * ``KernelFeatureMissing``: no kernel BTF, no such tracepoint, program type unsupported;
 * ``VerifierError``: the verifier rejected a program; names it and carries the last lines
   of the verifier log;
@@ -53,8 +54,8 @@ VERIFIER_LOG_SIZE = 256 * 1024
 #: Verifier log lines quoted in a VerifierError.
 VERIFIER_TAIL_LINES = 12
 
-CAPS_HINT = ("run as root, or grant CAP_BPF and CAP_PERFMON (CAP_SYS_ADMIN before"
-             " Linux 5.8)")
+#: The running kernel's BTF: what CO-RE relocates against, and whether it can at all.
+VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
 BTF_HINT = ("the kernel needs CONFIG_DEBUG_INFO_BTF=y (/sys/kernel/btf/vmlinux) to load"
             " CO-RE BPF programs")
 
@@ -111,6 +112,7 @@ _SIGNATURES: tuple[tuple, ...] = (
     ("bpf_program__set_log_buf", ctypes.c_int, _P, _P, ctypes.c_size_t),
     ("bpf_program__fd", ctypes.c_int, _P),
     ("bpf_program__attach", _P, _P),
+    ("bpf_program__attach_perf_event", _P, _P, ctypes.c_int),
     ("bpf_link__destroy", ctypes.c_int, _P),
     ("bpf_link__fd", ctypes.c_int, _P),
     ("bpf_map__name", ctypes.c_char_p, _P),
@@ -208,12 +210,47 @@ def translate(op: str, err: int, lines: list[str] | tuple[str, ...] = ()) -> Rez
     tail = tuple(lines[-8:])
     text = "\n".join(lines)
     if "failed to find valid kernel BTF" in text or "vmlinux BTF is not found" in text \
-            or (err == errno.ESRCH and not Path("/sys/kernel/btf/vmlinux").exists()):
+            or (err == errno.ESRCH and not VMLINUX_BTF.exists()):
         return KernelFeatureMissing("kernel BTF", BTF_HINT)
     if err == errno.EPERM:
-        return PermissionDenied(f"{op}: operation not permitted: {CAPS_HINT}")
+        return not_permitted(op, lines)
     more = ("\n  " + "\n  ".join(tail)) if tail else ""
     return BpfError(f"{op}: {os.strerror(err)}{more}", err, tail)
+
+
+#: libbpf warnings that name a step needing more than CAP_BPF and CAP_PERFMON -> that need.
+_PRIVILEGED_STEPS = {
+    "failed to iterate BTF objects": "listing the kernel's BTF objects (BPF_BTF_GET_NEXT_ID,"
+    " which libbpf does to search kernel modules' BTF) needs CAP_SYS_ADMIN",
+}
+
+
+def not_permitted(op: str, lines: list[str] | tuple[str, ...] = ()) -> PermissionDenied:
+    """Return the error for ``op`` failing with EPERM.
+
+    Lacking CAP_BPF or CAP_PERFMON, it says to grant them. Holding both, it must not blame
+    them: it names the step the kernel refused (libbpf's last warning), since the cause
+    is then elsewhere: a step needing more (e.g. CAP_SYS_ADMIN), a security module, kernel
+    lockdown, or a seccomp filter (systemd's ``SystemCallFilter=``).
+    """
+    from ..privilege import RUNTIME_CAPS, missing
+
+    try:
+        lacking = missing(RUNTIME_CAPS)
+    except (OSError, ValueError):
+        lacking = list(RUNTIME_CAPS)
+    if lacking:
+        return PermissionDenied(f"{op}: operation not permitted: this process lacks"
+                                f" {' and '.join(lacking)} (run as root, or grant them;"
+                                " CAP_SYS_ADMIN before Linux 5.8)")
+    text = "\n".join(lines)
+    step = next((need for key, need in _PRIVILEGED_STEPS.items() if key in text), None)
+    if step is None:
+        last = lines[-1].removeprefix("libbpf: ").strip() if lines else "no detail from libbpf"
+        step = (f"refused: {last} (with CAP_BPF and CAP_PERFMON held, a security module,"
+                " kernel lockdown or a seccomp filter is the likely cause)")
+    return PermissionDenied(f"{op}: operation not permitted although"
+                            f" {' and '.join(RUNTIME_CAPS)} are in effect: {step}")
 
 
 def num_possible_cpus() -> int:
@@ -485,6 +522,16 @@ class Program:
                             lines)
         return Link(ptr, self.name)
 
+    def attach_perf_event(self, pfd: int) -> Link:
+        """Attach to perf event ``pfd`` (e.g. a classic tracepoint's); the link owns the fd
+        once this returns (destroying it closes the fd), the caller until then."""
+        with capture() as lines:
+            ptr = lib().bpf_program__attach_perf_event(self._ptr, pfd)
+        if not ptr:
+            raise translate(f"attaching BPF program {self.name!r} ({self.section})", _err(0),
+                            lines)
+        return Link(ptr, self.name)
+
     def test_run(self, ctx: bytes | None = None) -> tuple[int, bytes]:
         """Run the program once with BPF_PROG_TEST_RUN; return (its return value, the
         context after the run: syscall programs may write to it)."""
@@ -569,6 +616,25 @@ class Map:
             raise translate(f"mmap of map {self.name}", e.errno or errno.EINVAL) from None
 
 
+def _core_target() -> bytes | None:
+    """Return the BTF to relocate CO-RE against: vmlinux's alone (None without it).
+
+    Without a target, libbpf (before 1.3) looks for a type missing from vmlinux BTF in
+    kernel modules' BTF, listing them with BPF_BTF_GET_NEXT_ID, which needs CAP_SYS_ADMIN:
+    after the agent's drop to CAP_BPF and CAP_PERFMON the whole load then fails with EPERM
+    wherever a program asks whether an old kernel's type exists (``struct
+    hd_struct___rez`` on Linux >= 5.11). libbpf >= 1.3 skips that search when
+    unprivileged but still makes it as root, so root (``check``, the start-up load) and
+    the dropped agent could relocate differently. Naming vmlinux's BTF as the target makes
+    every libbpf relocate against it alone, privileged or not. The module search would
+    have found nothing of ours: our programs attach to core tracepoints (sched, irq,
+    block, net, skb, tcp, sock, raw_syscalls) and read core types (task_struct, request,
+    sk_buff, sock); those are in vmlinux, and the ``___rez`` flavours describe types older
+    kernels had in vmlinux, which no module defines either.
+    """
+    return bytes(VMLINUX_BTF) if VMLINUX_BTF.exists() else None
+
+
 class Object:
     """A BPF object file: open, adjust (autoload, map sizes, initial values), load.
 
@@ -579,7 +645,8 @@ class Object:
         self.path = Path(path)
         L = lib()
         opts = _OpenOpts(sz=ctypes.sizeof(_OpenOpts),
-                         object_name=name.encode() if name else None)
+                         object_name=name.encode() if name else None,
+                         btf_custom_path=_core_target())
         with capture() as lines:
             ptr = L.bpf_object__open_file(str(self.path).encode(), ctypes.byref(opts))
         if not ptr:
@@ -623,7 +690,7 @@ class Object:
 
     def load(self) -> None:
         """Load every autoload program and create the maps; raise a translated error."""
-        if not Path("/sys/kernel/btf/vmlinux").exists():
+        if not VMLINUX_BTF.exists():
             raise KernelFeatureMissing("kernel BTF", BTF_HINT)
         self._log_buf[0] = b"\0"
         with capture() as lines:
@@ -637,8 +704,7 @@ class Object:
         failed = re.search(r"prog '([^']+)': (?:BPF program load|failed to load)", text)
         vlog = self._log_buf.value.decode("utf-8", "replace")
         if err == errno.EPERM and not vlog:
-            return PermissionDenied(f"loading {self.path.name}: operation not permitted:"
-                                    f" {CAPS_HINT}")
+            return not_permitted(f"loading {self.path.name}", lines)
         if failed and vlog.strip():
             kept = [ln for ln in vlog.splitlines() if ln.strip()]
             return VerifierError(failed.group(1), err, tuple(kept[-VERIFIER_TAIL_LINES:]))

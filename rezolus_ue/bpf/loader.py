@@ -18,6 +18,15 @@ needs CONFIG_KPROBES (the development host has none: the sampler reports it unav
 losers and loads the rest, so a verifier error surfaces at sampler start. Programs are
 attached by ``attach`` (a consumer arrived) and detached by ``detach``.
 
+Privileges: probing runs at start-up, before the agent drops to CAP_BPF and CAP_PERFMON
+(and, under ``run --user``, to a user that cannot read tracefs: its root is root's, mode
+0700). So the probe also reads each chosen classic tracepoint's tracefs id, and ``attach``
+opens that tracepoint's perf event itself (perf_event_open: CAP_PERFMON) instead of
+letting libbpf read the id from tracefs at attach time, which the user could not.
+tp_btf, raw_tp and fentry attach by BTF id or name (BPF_RAW_TRACEPOINT_OPEN or
+BPF_LINK_CREATE: CAP_BPF and CAP_PERFMON) and kprobes through the perf kprobe PMU
+(CAP_PERFMON): none reads tracefs after start-up.
+
 ``unload`` goes further: it closes the object, so no program of ours stays in the kernel
 (``bpftool prog show`` lists none), but keeps a dup of each map named in ``keep_maps``;
 the next ``load`` hands those fds to libbpf (``bpf_map__reuse_fd``), so cumulative
@@ -32,13 +41,14 @@ import contextlib
 import mmap
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import KernelFeatureMissing, SamplerUnavailable
+from ..perf_event import PERF_TYPE_TRACEPOINT, PerfEventAttr, perf_event_open
 from . import build
 from .libbpf import (
     BPF_PROG_TYPE_KPROBE,
@@ -93,6 +103,14 @@ def parse_section(section: str) -> Hook | None:
     return None
 
 
+def _exists(path: Path) -> bool:
+    """Return True if ``path`` exists and this process may see it (tracefs is 0700)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
 @dataclass
 class Features:
     """What this kernel supports, probed on first use; tracefs root injectable."""
@@ -105,6 +123,7 @@ class Features:
     sysfs: Path = Path("/sys")
     _btf_funcs: dict[str, bool] = field(default_factory=dict)
     _kallsyms: set[str] | None = None
+    _tp_ids: dict[str, int | None] = field(default_factory=dict)
 
     def prog_type(self, kind: str) -> bool:
         """Return True if the kernel loads programs of this attach kind.
@@ -155,9 +174,9 @@ class Features:
 
     def kprobes(self) -> bool:
         """Return True if the kernel has kprobes (the perf kprobe PMU, else kprobe_events)."""
-        if (self.sysfs / "bus/event_source/devices/kprobe/type").exists():
+        if _exists(self.sysfs / "bus/event_source/devices/kprobe/type"):
             return True
-        return self.tracefs is not None and (self.tracefs / "kprobe_events").exists()
+        return self.tracefs is not None and _exists(self.tracefs / "kprobe_events")
 
     def trampolines(self) -> bool:
         """Return True if fentry can attach: BPF trampolines ride on dynamic ftrace, whose
@@ -176,14 +195,35 @@ class Features:
             self._vmlinux.close()
         self._vmlinux = None
 
+    def notes(self, tracepoints: Iterable[str]) -> list[str]:
+        """Return what the kernel logs here on attaching to ``tracepoints`` (KERNEL_NOTES)."""
+        out = []
+        for tp in tracepoints:
+            if tp in KERNEL_NOTES:
+                file, value, note = KERNEL_NOTES[tp]
+                with contextlib.suppress(OSError):
+                    if (self.procfs / file).read_text().strip() == value:
+                        out.append(note)
+        return out
+
     def tracefs_event(self, name: str, category: str = "*") -> bool:
         """Return True if tracefs lists event ``category/name``."""
         if self.tracefs is None:
             return False
-        events = self.tracefs / "events"
         if category != "*":
-            return (events / category / name / "id").exists()
-        return any(events.glob(f"*/{name}/id"))
+            return self.tracepoint_id(name, category) is not None
+        return any((self.tracefs / "events").glob(f"*/{name}/id"))
+
+    def tracepoint_id(self, name: str, category: str) -> int | None:
+        """Return the perf event id of tracepoint ``category/name`` (None: not readable)."""
+        key = f"{category}/{name}"
+        if key not in self._tp_ids:
+            try:
+                path = self.tracefs / "events" / key / "id" if self.tracefs else None
+                self._tp_ids[key] = int(path.read_text()) if path else None
+            except (OSError, ValueError):
+                self._tp_ids[key] = None
+        return self._tp_ids[key]
 
     def supports(self, hook: Hook) -> bool:
         """Return True if a program of ``hook`` can load and attach here."""
@@ -200,6 +240,22 @@ class Features:
             return self.kprobes() and self.kernel_symbol(func)
         return self.tracefs_event(hook.tracepoint, hook.category)
 
+
+#: Kernel log lines that attaching to a tracepoint causes on some kernels, though nothing
+#: of ours is lost: tracepoint -> (procfs file, its value when the kernel logs it, what
+#: to tell the user). ``sched_stat_runtime``: with CONFIG_SCHEDSTATS=y and schedstats off,
+#: check_schedstat_required() (kernel/sched/stats.h, on every CFS enqueue) logs once per
+#: boot that the sched_stat_* tracepoints need schedstats. sched_stat_runtime does not:
+#: update_curr_task() fires it unconditionally (measured in the test VM, Linux 6.12: over
+#: a 1 s busy loop cgroup_scheduler counted 1.06 s of cpu_ns with schedstats off, 1.05 s
+#: with it on).
+KERNEL_NOTES = {
+    "sched_stat_runtime": (
+        "sys/kernel/sched_schedstats", "0",
+        "the kernel logs once \"Scheduler tracepoints stat_sleep, stat_iowait, stat_blocked"
+        " and stat_runtime require the kernel parameter schedstats=enable\": harmless"
+        " here, sched_stat_runtime fires without schedstats"),
+}
 
 #: The probes every sampler shares (one parse of the kernel's BTF for all of them);
 #: ``release_probes`` frees that parse once the samplers have started.
@@ -256,6 +312,10 @@ class BpfObject:
         self.obj: Object | None = None
         #: tracepoint -> chosen attach kind
         self.chosen: dict[str, str] = {}
+        #: program name -> its hook, for the loaded programs
+        self._hooks: dict[str, Hook] = {}
+        #: tracepoint -> perf event id, for those chosen as classic tracepoints
+        self._tp_ids: dict[str, int] = {}
         self.programs: list[Program] = []
         self.links: list[Link] = []
         self.load_ns = 0
@@ -293,10 +353,12 @@ class BpfObject:
                      if (h := parse_section(p.section)) is not None}
             if not self.chosen:  # probed once: the kernel does not change under us
                 self.chosen = choose(hooks, self.features, self.prefer)
+                self._tp_ids = self._tracepoint_ids(hooks)
             for n, p in obj.programs.items():
                 h = hooks.get(n)
                 p.autoload = programs and (h is None or self.chosen[h.tracepoint] == h.kind)
             self.programs = [p for p in obj.programs.values() if p.autoload]
+            self._hooks = {n: h for n, h in hooks.items() if obj.programs[n].autoload}
             if self.per_cpu_maps:
                 ncpu = num_possible_cpus()
                 for m in self.per_cpu_maps:
@@ -316,6 +378,34 @@ class BpfObject:
         self.loads += 1
         self.load_ns = time.perf_counter_ns() - t0
         return self
+
+    def _tracepoint_ids(self, hooks: dict[str, Hook]) -> dict[str, int]:
+        """Return the perf event id of each tracepoint chosen as a classic tracepoint, read
+        now (at start-up, privileged): see the module docstring."""
+        out = {}
+        for h in hooks.values():
+            if h.kind == "tracepoint" and self.chosen.get(h.tracepoint) == "tracepoint":
+                tp_id = self.features.tracepoint_id(h.tracepoint, h.category)
+                if tp_id is None:
+                    raise KernelFeatureMissing(
+                        f"tracepoint {h.category}/{h.tracepoint}",
+                        f"its id in {self.features.tracefs}/events is not readable")
+                out[h.tracepoint] = tp_id
+        return out
+
+    def _attach(self, p: Program) -> Link:
+        """Attach one program: classic tracepoints through their perf event (opened here,
+        with the id read at start-up), the others by libbpf's section rules."""
+        h = self._hooks.get(p.name)
+        if h is None or h.kind != "tracepoint":
+            return p.attach()
+        attr = PerfEventAttr(type=PERF_TYPE_TRACEPOINT, config=self._tp_ids[h.tracepoint])
+        pfd = perf_event_open(attr, -1, 0)  # any CPU: the program runs wherever it fires
+        try:
+            return p.attach_perf_event(pfd)
+        except BaseException:
+            os.close(pfd)
+            raise
 
     @property
     def loaded(self) -> bool:
@@ -338,6 +428,10 @@ class BpfObject:
             return kinds.pop()
         return ", ".join(f"{tp}={k}" for tp, k in sorted(self.chosen.items()))
 
+    def notes(self) -> list[str]:
+        """Return what the kernel logs here when these programs attach (see KERNEL_NOTES)."""
+        return self.features.notes(self.chosen)
+
     @property
     def attached(self) -> bool:
         """Return True while the programs are attached."""
@@ -351,7 +445,7 @@ class BpfObject:
         links = []
         try:
             for p in self.programs:
-                links.append(p.attach())
+                links.append(self._attach(p))
         except BaseException:
             for link in links:
                 link.destroy()

@@ -23,14 +23,19 @@ field names starting with ``common_``.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import heapq
 import itertools
 import json
 import logging
 import mmap
 import os
+import secrets
+import stat
 import struct
 import zlib
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -39,20 +44,29 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RezolusError
+from ..errors import RezolusError, os_error_text
 from ..metrics import h2
 from .records import Record
 
 log = logging.getLogger("rezolus_ue")
 
 SYNC = b"RZRB"
-#: sync, kind, flags, reserved, payload length, CRC-32 of header bytes 0..11 + payload.
+#: sync, kind, flags, size hint, payload length, CRC-32 of header bytes 0..11 + payload.
 HEADER = struct.Struct("<4sBBHII")
 KIND_META = ord("M")
 KIND_DATA = ord("D")
 FLAG_ZLIB = 0x01
 #: A length above this is damage, not a block (a flush is far smaller).
 MAX_BLOCK = 1 << 28
+#: The header's size hint counts the payload's bytes after decompression in these units.
+SIZE_UNIT = 4096
+#: Writers split a flush into blocks whose payload (decompressed) stays under this...
+BLOCK_PAYLOAD = 1 << 24
+#: ...and readers inflate no payload beyond this (older writers did not split): a block
+#: that would is damage or a decompression bomb, skipped like any undecodable block.
+MAX_PAYLOAD = 1 << 25
+#: Deflate cannot expand data more than 1032 times (one 258-byte match per 2 bits at best).
+MAX_RATIO = 1032
 ZLIB_LEVEL = 6
 FORMAT_VERSION = 1
 #: The columns every table starts with.
@@ -71,18 +85,28 @@ class RecordingError(RezolusError):
     """A recording cannot be read or written; the message names the file."""
 
 
+class BlockError(RecordingError):
+    """One block passed its CRC but cannot be decoded: readers skip it and go on."""
+
+
 # --- blocks -------------------------------------------------------------------------------
 
 
 def encode_block(kind: int, payload: bytes, *, compress: bool = True) -> bytes:
-    """Return one block (header + payload), the payload zlib-compressed if ``compress``."""
+    """Return one block (header + payload), the payload zlib-compressed if ``compress``.
+
+    The header's reserved field carries the payload's size before compression in
+    SIZE_UNITs (rounded up), so a reader knows how far it may inflate it."""
     flags = 0
+    if len(payload) > MAX_PAYLOAD:
+        raise RecordingError(f"a block payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
+    hint = -(-len(payload) // SIZE_UNIT)
     if compress:
         payload = zlib.compress(payload, ZLIB_LEVEL)
         flags |= FLAG_ZLIB
     if len(payload) > MAX_BLOCK:
         raise RecordingError(f"block of {len(payload)} bytes exceeds {MAX_BLOCK}")
-    head = HEADER.pack(SYNC, kind, flags, 0, len(payload), 0)[:12]
+    head = HEADER.pack(SYNC, kind, flags, hint, len(payload), 0)[:12]
     crc = zlib.crc32(payload, zlib.crc32(head))
     return head + _U32.pack(crc) + payload
 
@@ -95,17 +119,39 @@ def meta_block(meta: dict[str, Any]) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class BlockRef:
-    """A verified block: its kind and flags, and where it lies in the buffer."""
+    """A verified block: its kind, flags and size hint, and where it lies in the buffer."""
 
     kind: int
     flags: int
     start: int
     end: int
+    hint: int = 0
 
     def payload(self, buf: Any) -> bytes:
-        """Return the block's payload, decompressed."""
-        data = bytes(buf[self.start + HEADER.size : self.end])
-        return zlib.decompress(data) if self.flags & FLAG_ZLIB else data
+        """Return the block's payload, decompressed; raise BlockError if it cannot be.
+
+        Inflating stops at the size the header gives (or MAX_PAYLOAD, and never beyond
+        what deflate can produce from the stored bytes): memory is bounded by the file's
+        honest size, whatever the block claims."""
+        stored = self.end - self.start - HEADER.size
+        limit = MAX_PAYLOAD
+        if self.hint:
+            limit = min(limit, self.hint * SIZE_UNIT)
+        if not self.flags & FLAG_ZLIB:
+            if stored > limit:
+                raise BlockError(f"a payload of {stored} bytes exceeds {limit}")
+            return bytes(buf[self.start + HEADER.size : self.end])
+        limit = min(limit, stored * MAX_RATIO)
+        d = zlib.decompressobj()
+        try:
+            out = d.decompress(buf[self.start + HEADER.size : self.end], limit + 1)
+        except zlib.error as e:
+            raise BlockError(f"bad compressed data: {e}") from None
+        if len(out) > limit or d.unconsumed_tail:
+            raise BlockError(f"the payload inflates beyond {limit} bytes")
+        if not d.eof:
+            raise BlockError("the compressed data ends early")
+        return out
 
 
 @dataclass
@@ -113,46 +159,158 @@ class ScanStats:
     """What a scan found besides valid blocks."""
 
     blocks: int = 0
-    #: Bytes skipped between valid blocks (damage in the middle of a file).
+    #: Bytes skipped before or between valid blocks (damage).
     skipped_bytes: int = 0
     #: Bytes after the last valid block (a block cut short by a crash, or damage).
     tail_bytes: int = 0
+    #: Valid blocks (CRC right) that could not be decoded, and the first one's reason.
+    bad_blocks: int = 0
+    first_error: str = ""
+
+    def bad(self, ref: BlockRef, e: Exception) -> None:
+        """Count an undecodable block."""
+        self.bad_blocks += 1
+        if not self.first_error:
+            self.first_error = f"block at byte {ref.start}: {e}"
+
+    def add(self, other: ScanStats) -> None:
+        """Add another file's counts."""
+        self.blocks += other.blocks
+        self.skipped_bytes += other.skipped_bytes
+        self.tail_bytes += other.tail_bytes
+        self.bad_blocks += other.bad_blocks
+        self.first_error = self.first_error or other.first_error
+
+    def damage(self) -> str:
+        """Return what was skipped, as words ("" if nothing but a crash's tail)."""
+        parts = []
+        if self.skipped_bytes:
+            parts.append(f"{self.skipped_bytes} damaged bytes")
+        if self.bad_blocks:
+            parts.append(f"{self.bad_blocks} undecodable block"
+                         f"{'s' if self.bad_blocks > 1 else ''} (first: {self.first_error})")
+        return " and ".join(parts)
 
 
-def _valid_at(buf: Any, pos: int, n: int) -> BlockRef | None:
+def _load_crc32_combine() -> Callable[[int, int, int], int]:
+    """Return zlib's crc32_combine (CRC of A+B from CRC(A), CRC(B) and len(B)).
+
+    From the zlib the interpreter uses; failing that, the same in Python, 30x slower."""
+    try:
+        lib = ctypes.CDLL("libz.so.1")
+        f = lib.crc32_combine
+    except (OSError, AttributeError):
+        return _crc32_combine_py
+    f.restype = ctypes.c_ulong
+    f.argtypes = (ctypes.c_ulong, ctypes.c_ulong, ctypes.c_long)
+    return f  # type: ignore[no-any-return]
+
+
+def _gf2_apply(op: Sequence[int], v: int) -> int:
+    """Return the 32x32 GF(2) matrix ``op`` (its columns) applied to ``v``."""
+    out, i = 0, 0
+    while v:
+        if v & 1:
+            out ^= op[i]
+        v >>= 1
+        i += 1
+    return out
+
+
+@cache
+def _zeros_ops() -> list[list[int]]:
+    """Return the operators appending 8 * 2**k zero bits to a CRC-32 register, k = 0..31."""
+    one_bit = [0xEDB88320] + [1 << (i - 1) for i in range(1, 32)]  # reflected polynomial
+    ops, op = [], one_bit
+    for _ in range(3):  # 8 bits = one byte
+        op = [_gf2_apply(op, c) for c in op]
+    for _ in range(32):
+        ops.append(op)
+        op = [_gf2_apply(op, c) for c in op]
+    return ops
+
+
+def _crc32_combine_py(crc1: int, crc2: int, len2: int) -> int:
+    ops, k = _zeros_ops(), 0
+    while len2:
+        if len2 & 1:
+            crc1 = _gf2_apply(ops[k], crc1)
+        len2 >>= 1
+        k += 1
+    return crc1 ^ crc2
+
+
+_crc32_combine = _load_crc32_combine()
+
+
+class _RangeCrc:
+    """CRC-32 of any range of a buffer in time independent of the range's length.
+
+    A damaged region can hold a candidate block header every dozen bytes, each claiming a
+    payload up to 256 MiB long: checking each candidate directly makes the scan quadratic.
+    The CRC of every STEP-byte prefix is computed once (lazily, in order) and a range's
+    CRC combined from two prefixes, so a scan costs O(file size + candidates).
+    """
+
+    STEP = 1024
+
+    def __init__(self, buf: Any) -> None:
+        self.buf = buf
+        self.prefix = array("L", [0])  # CRC of buf[: i * STEP]
+
+    def _upto(self, x: int) -> int:
+        """Return the CRC of ``buf[:x]``."""
+        step, prefix, buf = self.STEP, self.prefix, self.buf
+        k = x // step
+        while len(prefix) <= k:
+            i = len(prefix) - 1
+            prefix.append(zlib.crc32(buf[i * step : (i + 1) * step], prefix[i]))
+        return zlib.crc32(buf[k * step : x], prefix[k])
+
+    def crc(self, head: bytes, a: int, b: int) -> int:
+        """Return the CRC of ``head`` followed by ``buf[a:b]``."""
+        body = self._upto(b) ^ _crc32_combine(self._upto(a), 0, b - a)
+        return int(_crc32_combine(zlib.crc32(head), body, b - a))
+
+
+def _valid_at(buf: Any, pos: int, n: int, ranges: _RangeCrc | None = None) -> BlockRef | None:
     if n - pos < HEADER.size:
         return None
-    sync, kind, flags, _res, length, crc = HEADER.unpack_from(buf, pos)
+    sync, kind, flags, hint, length, crc = HEADER.unpack_from(buf, pos)
     end = pos + HEADER.size + length
     if sync != SYNC or length > MAX_BLOCK or end > n:
         return None
-    if zlib.crc32(buf[pos + HEADER.size : end], zlib.crc32(buf[pos : pos + 12])) != crc:
-        return None
-    return BlockRef(kind, flags, pos, end)
+    head = bytes(buf[pos : pos + 12])
+    if ranges is not None:
+        got = ranges.crc(head, pos + HEADER.size, end)
+    else:
+        got = zlib.crc32(buf[pos + HEADER.size : end], zlib.crc32(head))
+    return BlockRef(kind, flags, pos, end, hint) if got == crc else None
 
 
 def scan_blocks(buf: Any, stats: ScanStats | None = None) -> Iterator[BlockRef]:
     """Yield every valid block of ``buf`` (bytes, memoryview or mmap) in order.
 
-    A block that is incomplete or fails its CRC is skipped: the scan resumes at the next
-    position where a valid block starts; what follows the last valid block is the tail.
+    The reading rule of docs/recording.md: where no valid block starts, resume at the next
+    ``RZRB`` where one does (damage anywhere, the first bytes included, loses only the
+    damaged bytes); what follows the last valid block is the tail. Linear in ``len(buf)``:
+    after the first damage, candidates are checked through prefix CRCs (``_RangeCrc``).
     """
     st = stats if stats is not None else ScanStats()
     n = len(buf)
     pos = 0
-    find = buf.find
+    ranges: _RangeCrc | None = None
     while pos < n:
-        ref = _valid_at(buf, pos, n)
+        ref = _valid_at(buf, pos, n, ranges)
         if ref is None:
-            nxt = find(SYNC, pos + 1)
-            while nxt != -1 and _valid_at(buf, nxt, n) is None:
-                nxt = find(SYNC, nxt + 1)
-            if nxt == -1:
+            ranges = ranges or _RangeCrc(buf)
+            nxt = buf.find(SYNC, pos + 1)
+            while nxt != -1 and (ref := _valid_at(buf, nxt, n, ranges)) is None:
+                nxt = buf.find(SYNC, nxt + 1)
+            if ref is None:
                 st.tail_bytes = n - pos
                 return
-            st.skipped_bytes += nxt - pos
-            pos = nxt
-            continue
+            st.skipped_bytes += ref.start - pos
         st.blocks += 1
         yield ref
         pos = ref.end
@@ -171,14 +329,15 @@ class MappedFile:
         """Return the file mapped read-only (the first ``limit`` bytes, if given)."""
         try:
             with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if limit is not None:
-                    size = min(size, limit)
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    raise RecordingError(_not_a_file(path, st.st_mode))
+                size = st.st_size if limit is None else min(st.st_size, limit)
                 if size == 0:
                     return cls(path, b"")
                 mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-        except OSError as e:
-            raise RecordingError(f"cannot read {path}: {e.strerror or e}") from None
+        except (OSError, ValueError) as e:
+            raise RecordingError(os_error_text(e, path, "read")) from None
         return cls(path, mm, mm)
 
     def close(self) -> None:
@@ -187,6 +346,14 @@ class MappedFile:
             self._mm.close()
             self._mm = None
         self.buf = b""
+
+
+def _not_a_file(path: Path, mode: int) -> str:
+    what = ("a pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a directory"
+            if stat.S_ISDIR(mode) else "not a regular file")
+    return (f"{path} is {what}: recordings are read from files (or directories of them);"
+            " save the stream to a file first (e.g. `cat > rec.rzr`)")
 
 
 # --- tables -------------------------------------------------------------------------------
@@ -212,12 +379,18 @@ class Table:
 
     def records(self) -> list[Record]:
         """Return the table's records."""
+        return list(self.iter_records())
+
+    def iter_records(self, chunk: int = 4096) -> Iterator[Record]:
+        """Yield the table's records, converting ``chunk`` rows at a time (memory stays
+        that of the columns, whatever the row count)."""
         names = self.fields
-        cols = [_as_list(self.columns[c]) for c in names]
-        times, cpus, pids = (_as_list(self.columns[c]) for c, _t in COMMON)
         event = self.event
-        return [Record(event, t, c, p, dict(zip(names, vals, strict=True)))
-                for t, c, p, *vals in zip(times, cpus, pids, *cols, strict=True)]
+        for lo in range(0, self.rows, chunk):
+            cols = [_as_list(self.columns[c][lo : lo + chunk]) for c in names]
+            times, cpus, pids = (_as_list(self.columns[c][lo : lo + chunk]) for c, _t in COMMON)
+            for t, c, p, *vals in zip(times, cpus, pids, *cols, strict=True):
+                yield Record(event, t, c, p, dict(zip(names, vals, strict=True)))
 
 
 def _as_list(col: Any) -> list[Any]:
@@ -337,53 +510,102 @@ def encode_tables(tables: Sequence[Table]) -> bytes:
 
 
 def decode_tables(payload: bytes, events: Callable[[str], bool] | None = None) -> list[Table]:
-    """Return the tables of a data block's payload (only those ``events`` accepts)."""
+    """Return the tables of a data block's payload (only those ``events`` accepts).
+
+    Raise BlockError if the payload does not follow docs/recording.md: every count and
+    offset is checked against the payload before it is used.
+    """
     try:
-        (hlen,) = _U32.unpack_from(payload, 0)
-        head = json.loads(payload[4 : 4 + hlen])
-        pos = 4 + hlen
-        view = memoryview(payload)
-        out = []
-        for t in head["tables"]:
-            rows = int(t["rows"])
-            table = Table(t["event"], {n: typ for n, typ in t["columns"]})
-            keep = events is None or events(table.event)
-            for name, typ in t["columns"]:
-                if typ in _INT_TYPES:
-                    size = rows * np.dtype(typ).itemsize
-                    if keep:
-                        table.columns[name] = _unshuffle(view[pos : pos + size], typ, rows)
-                    pos += size
-                elif typ in (STR, BYTES):
-                    offs = np.frombuffer(view[pos : pos + 4 * (rows + 1)], dtype="<u4")
-                    pos += 4 * (rows + 1)
-                    end = pos + int(offs[-1])
-                    if keep:
-                        blob = bytes(view[pos:end])
-                        o = offs.tolist()
-                        items = [blob[a:b] for a, b in itertools.pairwise(o)]
-                        table.columns[name] = ([b.decode("utf-8", "surrogatepass")
-                                                for b in items] if typ == STR else items)
-                    pos = end
-                else:
-                    raise ValueError(f"unknown column type {typ!r}")
-            if pos > len(payload):
-                raise ValueError("columns run past the block")
+        return _decode_tables(payload, events)
+    except (ValueError, KeyError, TypeError, IndexError, OverflowError, RecursionError,
+            struct.error) as e:
+        # CRC right but contents wrong: a bug, a newer writer, or a forged block.
+        raise BlockError(f"undecodable data block: {type(e).__name__}: {e}") from None
+
+
+def _decode_head(payload: bytes) -> tuple[list[Any], int]:
+    (hlen,) = _U32.unpack_from(payload, 0)
+    if 4 + hlen > len(payload):
+        raise ValueError("the table header runs past the block")
+    head = json.loads(payload[4 : 4 + hlen])
+    if not isinstance(head, dict) or not isinstance(head.get("tables"), list):
+        raise ValueError("the header has no list of tables")
+    return head["tables"], 4 + hlen
+
+
+def _table_layout(t: Any) -> tuple[str, int, list[tuple[str, str]]]:
+    """Return a table header's event, rows and columns, checked."""
+    if not isinstance(t, dict):
+        raise ValueError("a table header is not an object")
+    event, rows, columns = t.get("event"), t.get("rows"), t.get("columns")
+    if not isinstance(event, str) or type(rows) is not int or rows < 0:
+        raise ValueError(f"bad event name or row count: {event!r}, {rows!r}")
+    if not isinstance(columns, list) or not all(
+            isinstance(c, list) and len(c) == 2 and all(isinstance(x, str) for x in c)
+            for c in columns):
+        raise ValueError(f"{event}: columns are not [name, type] pairs")
+    cols = [(name, typ) for name, typ in columns]
+    if tuple(cols[: len(COMMON)]) != COMMON or len({n for n, _t in cols}) != len(cols):
+        raise ValueError(f"{event}: columns must start with {[list(c) for c in COMMON]}"
+                         " and be unique")
+    for _name, typ in cols:
+        if typ not in _INT_TYPES and typ not in (STR, BYTES):
+            raise ValueError(f"{event}: unknown column type {typ!r}")
+    return event, rows, cols
+
+
+def _decode_tables(payload: bytes, events: Callable[[str], bool] | None) -> list[Table]:
+    heads, pos = _decode_head(payload)
+    n = len(payload)
+    view = memoryview(payload)
+    out = []
+    for t in heads:
+        event, rows, cols = _table_layout(t)
+        table = Table(event, dict(cols))
+        keep = events is None or events(event)
+        for name, typ in cols:
+            if typ in _INT_TYPES:
+                size = rows * np.dtype(typ).itemsize
+                if pos + size > n:
+                    raise ValueError(f"{event}.{name}: {rows} rows run past the block")
+                if keep:
+                    table.columns[name] = _unshuffle(view[pos : pos + size], typ, rows)
+                pos += size
+                continue
+            if pos + 4 * (rows + 1) > n:
+                raise ValueError(f"{event}.{name}: {rows} offsets run past the block")
+            offs = np.frombuffer(view[pos : pos + 4 * (rows + 1)], dtype="<u4")
+            pos += 4 * (rows + 1)
+            if offs[0] != 0 or (rows and bool((offs[1:] < offs[:-1]).any())):
+                raise ValueError(f"{event}.{name}: offsets do not start at 0 and grow")
+            end = pos + int(offs[-1])
+            if end > n:
+                raise ValueError(f"{event}.{name}: data runs past the block")
             if keep:
-                out.append(table)
-        return out
-    except (ValueError, KeyError, TypeError, struct.error) as e:
-        # A block that passed its CRC but does not parse: written by a newer version?
-        raise RecordingError(f"undecodable data block: {e}") from None
+                blob = bytes(view[pos:end])
+                items = [blob[a:b] for a, b in itertools.pairwise(offs.tolist())]
+                table.columns[name] = ([b.decode("utf-8", "surrogatepass") for b in items]
+                                       if typ == STR else items)
+            pos = end
+        if keep:
+            out.append(table)
+    return out
+
+
+def decode_block(buf: Any, ref: BlockRef,
+                 events: Callable[[str], bool] | None = None) -> list[Table]:
+    """Return the tables of the data block ``ref`` of ``buf``; raise BlockError if it
+    cannot be decompressed or decoded (the caller skips it and reads on)."""
+    return decode_tables(ref.payload(buf), events)
 
 
 def merge_by_time(tables: Iterable[Table]) -> Iterator[Record]:
     """Yield the tables' records merged by time (each table is already in time order)."""
-    lists = [t.records() for t in tables]
-    if len(lists) == 1:
-        yield from lists[0]
+    its = [t.iter_records() for t in tables]
+    if len(its) == 1:
+        yield from its[0]
     else:
-        yield from heapq.merge(*lists, key=lambda r: r.time_ns)
+        yield from heapq.merge(*its, key=lambda r: r.time_ns)
 
 
 # --- writing --------------------------------------------------------------------------------
@@ -402,6 +624,18 @@ def recording_meta(**extra: Any) -> dict[str, Any]:
             "started_unix_ns": time.time_ns(), **extra}
 
 
+def data_blocks(records: Sequence[Record]) -> Iterator[bytes]:
+    """Yield ``records`` (in time order) as data blocks, halving a flush whose payload
+    would exceed BLOCK_PAYLOAD, so readers can refuse to inflate more than MAX_PAYLOAD."""
+    payload = encode_tables(to_tables(records))
+    if len(payload) > BLOCK_PAYLOAD and len(records) > 1:
+        half = len(records) // 2
+        yield from data_blocks(records[:half])
+        yield from data_blocks(records[half:])
+    else:
+        yield encode_block(KIND_DATA, payload)
+
+
 class NativeWriter:
     """Append blocks to an open file descriptor: one ``write`` per block, so a kill leaves
     at most one incomplete block, at the end."""
@@ -414,14 +648,14 @@ class NativeWriter:
     @classmethod
     def create(cls, path: Path, meta: dict[str, Any], *, overwrite: bool = False) -> NativeWriter:
         """Return a writer for a new file at ``path`` that starts with ``meta``."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
         flags |= os.O_TRUNC if overwrite else os.O_EXCL
         try:
             fd = os.open(path, flags, 0o644)
         except FileExistsError:
             raise RecordingError(f"{path} exists: use --force to overwrite it") from None
-        except OSError as e:
-            raise RecordingError(f"cannot create {path}: {e.strerror or e}") from None
+        except (OSError, ValueError) as e:
+            raise RecordingError(os_error_text(e, path, "create")) from None
         w = cls(fd, path)
         w.write_block(meta_block(meta))
         return w
@@ -434,18 +668,20 @@ class NativeWriter:
                 n = os.write(self.fd, view)
                 view = view[n:]
         except OSError as e:
-            raise RecordingError(f"cannot write {self.path}: {e.strerror or e}") from None
+            raise RecordingError(os_error_text(e, self.path, "write")) from None
         self.size += len(block)
 
     def write_records(self, records: Sequence[Record]) -> int:
-        """Write ``records`` as one data block (none: nothing); return the bytes written."""
+        """Write ``records`` as one data block (none: nothing), or several if their payload
+        exceeds BLOCK_PAYLOAD; return the bytes written."""
         if not records:
             return 0
         # Sorted, each table is in time order and a reader merges them back exactly.
-        records = sorted(records, key=lambda r: r.time_ns)
-        block = encode_block(KIND_DATA, encode_tables(to_tables(records)))
-        self.write_block(block)
-        return len(block)
+        n = 0
+        for block in data_blocks(sorted(records, key=lambda r: r.time_ns)):
+            self.write_block(block)
+            n += len(block)
+        return n
 
     def close(self, *, sync: bool = True) -> None:
         """Flush to disk (if ``sync``) and close."""
@@ -492,19 +728,37 @@ def _event_filter(events: Iterable[str] | None) -> Callable[[str], bool] | None:
 
 
 def read_native(buf: Any, events: Iterable[str] | None = None,
-                stats: ScanStats | None = None, name: str = "recording") -> Iterator[Record]:
+                stats: ScanStats | None = None) -> Iterator[Record]:
     """Yield the records of a native recording's bytes, block by block, in time order
-    within each block."""
+    within each block. Each block is decoded alone: one that cannot be is skipped and
+    counted in ``stats``, and reading goes on with the next."""
     keep = _event_filter(events)
-    for ref in scan_blocks(buf, stats):
+    st = stats if stats is not None else ScanStats()
+    for ref in scan_blocks(buf, st):
         if ref.kind != KIND_DATA:
             continue
         try:
-            payload = ref.payload(buf)
-        except zlib.error as e:
-            log.warning("%s: skipping an undecodable block at byte %d: %s", name, ref.start, e)
+            tables = decode_block(buf, ref, keep)
+        except BlockError as e:
+            st.bad(ref, e)
             continue
-        yield from merge_by_time(decode_tables(payload, keep))
+        yield from merge_by_time(tables)
+
+
+def check_input(path: str | os.PathLike[str]) -> Path:
+    """Return ``path`` as a Path if it is a file or directory to read a recording from;
+    else raise RecordingError saying why (missing, unreadable, a pipe or device...)."""
+    p = Path(path)
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
+        raise RecordingError(f"{p}: no such file or directory") from None
+    except (OSError, ValueError) as e:
+        raise RecordingError(os_error_text(e, p, "read")) from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        # Sizes, mmap and the two passes some readers make need a file.
+        raise RecordingError(_not_a_file(p, mode))
+    return p
 
 
 def recording_files(path: Path) -> list[Path]:
@@ -512,14 +766,22 @@ def recording_files(path: Path) -> list[Path]:
     ``*.rzr.part`` (a ring, or a Parquet recording's journal) in name order."""
     if not path.is_dir():
         return [path]
-    return sorted(p for p in path.iterdir()
+    try:
+        entries = list(path.iterdir())
+    except OSError as e:
+        raise RecordingError(os_error_text(e, path, "read")) from None
+    return sorted(p for p in entries
                   if p.is_file() and (p.name.endswith(NATIVE_SUFFIX)
                                       or p.name.endswith(NATIVE_SUFFIX + PART_SUFFIX)))
 
 
 def _parquet_files(path: Path) -> list[Path]:
     if path.is_dir():
-        return sorted(p for p in path.iterdir() if p.is_file() and p.suffix == PARQUET_SUFFIX)
+        try:
+            entries = list(path.iterdir())
+        except OSError as e:
+            raise RecordingError(os_error_text(e, path, "read")) from None
+        return sorted(p for p in entries if p.is_file() and p.suffix == PARQUET_SUFFIX)
     return [path] if _is_parquet(path) else []
 
 
@@ -542,60 +804,82 @@ def _is_parquet(path: Path) -> bool:
         return False
 
 
+def _warn_damage(name: object, st: ScanStats) -> None:
+    if damage := st.damage():
+        log.warning("%s: skipped %s; read the rest", name, damage)
+
+
+def _read_file(f: Path, events: Iterable[str] | None, st: ScanStats,
+               alone: bool) -> Iterator[Record]:
+    """Yield one native file's records; warn once about what was skipped. A file with
+    bytes but no valid block is not a recording: an error if read ``alone``."""
+    mf = MappedFile.open(f)
+    one = ScanStats()
+    try:
+        yield from read_native(mf.buf, events, one)
+        size = len(mf.buf)
+    finally:
+        mf.close()
+    st.add(one)
+    if size and not one.blocks:
+        msg = f"{f} is not a rezolus-ue recording (no valid block in its {size} bytes)"
+        if alone:
+            raise RecordingError(msg)
+        log.warning("%s", msg)
+        return
+    _warn_damage(f, one)
+
+
 def read_records(path: str | os.PathLike[str], events: Iterable[str] | None = None,
                  stats: ScanStats | None = None) -> Iterator[Record]:
     """Yield the records of a recording, oldest first.
 
     ``path`` is a native file, a directory of native files (a ring: its segments in
     order), a Parquet recording directory, or one of its ``.parquet`` files. ``events``
-    keeps only those event names. A native file's damaged or truncated blocks are skipped
-    (see ``stats``); what is left is read. Raise RecordingError if ``path`` is unreadable.
+    keeps only those event names. Damage loses only itself: bytes that are not valid
+    blocks and blocks (or Parquet row groups) that cannot be decoded are skipped, counted
+    in ``stats`` and reported in one warning per file. Raise RecordingError if ``path``
+    cannot be read at all, or is a file with no valid block.
     """
-    p = Path(path)
-    if not p.exists():
-        raise RecordingError(f"{p}: no such file or directory")
-    if _parquet_recording(p):
-        yield from read_parquet(p, events)
-        return
-    if p.is_file() and not _is_native(p):
-        raise RecordingError(f"{p} is not a rezolus-ue recording (no RZRB block at the start)")
+    p = check_input(path)
     st = stats if stats is not None else ScanStats()
+    if _parquet_recording(p):
+        yield from read_parquet(p, events, st)
+        return
     for f in recording_files(p):
-        mf = MappedFile.open(f)
-        try:
-            one = ScanStats()
-            yield from read_native(mf.buf, events, one, str(f))
-            if one.skipped_bytes:
-                log.warning("%s: skipped %d damaged bytes", f, one.skipped_bytes)
-            st.blocks += one.blocks
-            st.skipped_bytes += one.skipped_bytes
-            st.tail_bytes += one.tail_bytes
-        finally:
-            mf.close()
+        yield from _read_file(f, events, st, alone=f == p)
 
 
-def _is_native(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-    except OSError as e:
-        raise RecordingError(f"cannot read {path}: {e.strerror or e}") from None
-    return head in (SYNC, b"")
+#: Metadata keys whose type readers rely on: a recording with another type drops them.
+_META_INTS = ("version", "wall_offset_ns", "started_unix_ns", "segment")
+
+
+def _clean_meta(value: Any) -> dict[str, Any] | None:
+    if not isinstance(value, dict):
+        return None
+    return {k: v for k, v in value.items()
+            if k not in _META_INTS or (type(v) is int and abs(v) < 1 << 63)}
 
 
 def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Return the recording's metadata (its first metadata block; {} if none)."""
-    p = Path(path)
+    """Return the recording's metadata (its first readable metadata block; {} if none)."""
+    p = check_input(path)
     for pq_file in _parquet_recording(p)[:1]:
-        pq = _pyarrow()[1]
-        kv = pq.ParquetFile(pq_file).schema_arrow.metadata or {}
-        return dict(json.loads(kv.get(b"rezolus_ue.meta", b"{}")))
+        pa, pq = _pyarrow()
+        try:
+            kv = pq.ParquetFile(pq_file).schema_arrow.metadata or {}
+            return _clean_meta(json.loads(kv.get(b"rezolus_ue.meta", b"{}"))) or {}
+        except (OSError, ValueError, RecursionError, pa.ArrowException):
+            return {}  # read_records says what is wrong with the file
     for f in recording_files(p):
         mf = MappedFile.open(f)
         try:
             for ref in scan_blocks(mf.buf):
-                if ref.kind == KIND_META:
-                    return dict(json.loads(ref.payload(mf.buf)))
+                if ref.kind != KIND_META:
+                    continue
+                with contextlib.suppress(BlockError, ValueError, RecursionError):
+                    if (meta := _clean_meta(json.loads(ref.payload(mf.buf)))) is not None:
+                        return meta
         finally:
             mf.close()
     return {}
@@ -607,17 +891,23 @@ def read_tables(path: str | os.PathLike[str],
 
     Integer columns are numpy arrays, str and bytes columns lists: ready for
     ``pandas.DataFrame(columns)``. An event recorded with two field layouts (two agent
-    versions) gets its second as ``<event>#2``.
+    versions) gets its second as ``<event>#2``. Damage is skipped as by ``read_records``.
     """
     keep = _event_filter(events)
     acc: dict[str, tuple[tuple[str, ...], dict[str, list[Any]]]] = {}
-    for f in recording_files(Path(path)):
+    for f in recording_files(check_input(path)):
         mf = MappedFile.open(f)
+        st = ScanStats()
         try:
-            for ref in scan_blocks(mf.buf):
+            for ref in scan_blocks(mf.buf, st):
                 if ref.kind != KIND_DATA:
                     continue
-                for t in decode_tables(ref.payload(mf.buf), keep):
+                try:
+                    tables = decode_block(mf.buf, ref, keep)
+                except BlockError as e:
+                    st.bad(ref, e)
+                    continue
+                for t in tables:
                     key, k = t.event, 1
                     sig = tuple(t.types.items())
                     while key in acc and acc[key][0] != sig:
@@ -628,6 +918,7 @@ def read_tables(path: str | os.PathLike[str],
                         cols[c].append(v)
         finally:
             mf.close()
+        _warn_damage(f, st)
     out: dict[str, dict[str, Any]] = {}
     for key, (sig, cols) in acc.items():
         types = dict(sig)
@@ -643,11 +934,15 @@ def to_pandas(path: str | os.PathLike[str], events: Iterable[str] | None = None)
         import pandas as pd
     except ImportError:
         raise RecordingError("to_pandas needs pandas: pip install pandas") from None
-    p = Path(path)
+    p = check_input(path)
     if files := _parquet_recording(p):
+        pa, _pq = _pyarrow()
         keep = _event_filter(events)
-        return {f.stem: pd.read_parquet(f) for f in files
-                if keep is None or keep(f.stem.split("-", 1)[0])}
+        try:
+            return {f.stem: pd.read_parquet(f) for f in files
+                    if keep is None or keep(f.stem.split("-", 1)[0])}
+        except (OSError, ValueError, pa.ArrowException) as e:
+            raise RecordingError(f"cannot read {p}: {e}") from None
     return {e: pd.DataFrame(cols) for e, cols in read_tables(p, events).items()}
 
 
@@ -773,56 +1068,204 @@ def _arrow_column_values(col: Any, pa: Any) -> list[Any]:
     return col.to_pylist()
 
 
-def read_parquet(path: Path, events: Iterable[str] | None = None) -> Iterator[Record]:
-    """Yield a Parquet recording's records (every event file merged by time)."""
+#: A row group whose metadata claims more (uncompressed) is damage: our writer's hold
+#: 65,536 rows, a few MiB.
+MAX_ROW_GROUP_BYTES = 1 << 28
+MAX_ROW_GROUP_ROWS = 1 << 22
+
+
+def _row_group_records(pf: Any, i: int, name: str, keep: Callable[[str], bool] | None,
+                       pa: Any) -> list[Record]:
+    """Return the records of row group ``i``; raise ValueError if it is not ours or the
+    metadata claims more than a writer of ours produces."""
+    md = pf.metadata.row_group(i)
+    if md.num_rows > MAX_ROW_GROUP_ROWS or md.total_byte_size > MAX_ROW_GROUP_BYTES:
+        raise ValueError(f"claims {md.num_rows} rows in {md.total_byte_size} bytes")
+    table = pf.read_row_group(i)
+    for c, _t in COMMON:
+        if (c not in table.schema.names or not pa.types.is_integer(table.schema.field(c).type)
+                or table.column(c).null_count):
+            raise ValueError(f"no integer column {c} without nulls")
+    out = []
+    for batch in table.to_batches(4096):
+        cols = {n: _arrow_column_values(batch.column(k), pa)
+                for k, n in enumerate(batch.schema.names)}
+        fields = [c for c in cols if c not in COMMON_NAMES and c != "event"]
+        ev = cols.get("event") or [name] * batch.num_rows
+        for k in range(batch.num_rows):
+            if keep is None or keep(ev[k]):
+                out.append(Record(str(ev[k]), cols["time_ns"][k], cols["common_cpu"][k],
+                                  cols["common_pid"][k], {c: cols[c][k] for c in fields}))
+    return out
+
+
+def read_parquet(path: Path, events: Iterable[str] | None = None,
+                 stats: ScanStats | None = None) -> Iterator[Record]:
+    """Yield a Parquet recording's records (every event file merged by time).
+
+    Each row group is read alone: one that cannot be is skipped (counted in ``stats`` as
+    a bad block, one warning per file), and so is a file whose footer is unreadable."""
     pa, pq = _pyarrow()
     keep = _event_filter(events)
+    st = stats if stats is not None else ScanStats()
+    # What pyarrow raises on damage besides its own errors (thrift, decoding, claims).
+    errors = (OSError, ValueError, TypeError, KeyError, IndexError, OverflowError,
+              MemoryError, pa.ArrowException)
 
     def one(f: Path) -> Iterator[Record]:
+        mine = ScanStats()
         try:
             pf = pq.ParquetFile(f)
-        except (OSError, pa.ArrowException) as e:
-            raise RecordingError(f"cannot read {f}: {e}") from None
-        for batch in pf.iter_batches():
-            cols = {name: _arrow_column_values(batch.column(i), pa)
-                    for i, name in enumerate(batch.schema.names)}
-            fields = [c for c in cols if c not in COMMON_NAMES and c != "event"]
-            ev = cols.get("event") or [f.stem] * batch.num_rows
-            for i in range(batch.num_rows):
-                if keep is None or keep(ev[i]):
-                    yield Record(ev[i], cols["time_ns"][i], cols["common_cpu"][i],
-                                 cols["common_pid"][i], {c: cols[c][i] for c in fields})
+            groups = pf.metadata.num_row_groups
+        except errors as e:
+            log.warning("%s: skipped: not a readable Parquet file (%s)", f, e)
+            st.bad_blocks += 1
+            return
+        for i in range(groups):
+            try:
+                recs = _row_group_records(pf, i, f.stem, keep, pa)
+            except errors as e:
+                mine.bad_blocks += 1
+                mine.first_error = mine.first_error or f"row group {i}: {e}"
+                continue
+            mine.blocks += 1
+            yield from recs
+        st.add(mine)
+        _warn_damage(f, mine)
 
     yield from heapq.merge(*(one(f) for f in _parquet_recording(path)),
                            key=lambda r: r.time_ns)
+
+
+# --- output files -----------------------------------------------------------------------
+
+
+def _kind_of(mode: int) -> str:
+    return ("a directory" if stat.S_ISDIR(mode) else "a symbolic link" if stat.S_ISLNK(mode)
+            else "a pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file")
+
+
+def _parquet_dir_files(path: Path) -> list[Path] | None:
+    """Return the files of a directory that holds a Parquet recording and nothing else
+    (its ``.parquet`` files, a journal, a ``.part`` of either); None if it holds more."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError as e:
+        raise RecordingError(os_error_text(e, path, "read")) from None
+    ours = (PARQUET_SUFFIX, PARQUET_SUFFIX + PART_SUFFIX, NATIVE_SUFFIX,
+            NATIVE_SUFFIX + PART_SUFFIX)
+    if not all(e.is_file(follow_symlinks=False) and e.name.endswith(ours) for e in entries):
+        return None
+    return [Path(e.path) for e in entries]
+
+
+def check_output(out: Path, fmt: str, overwrite: bool) -> None:
+    """Refuse to write ``out`` unless it is new, or (with ``overwrite``) a regular file,
+    or for Parquet a directory holding only a Parquet recording (or nothing).
+
+    Nothing else is ever replaced: not a directory of other files, a device, a pipe or a
+    symbolic link (which would be replaced, not followed)."""
+    try:
+        mode = os.lstat(out).st_mode
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as e:
+        raise RecordingError(os_error_text(e, out, "write")) from None
+    if fmt == "parquet" and stat.S_ISDIR(mode):
+        files = _parquet_dir_files(out)
+        if files is None:
+            raise RecordingError(f"{out} is a directory holding other files than a Parquet"
+                                 " recording: refusing to replace it; choose a new name")
+        if not files:
+            return
+    elif not stat.S_ISREG(mode):
+        hint = " (a Parquet recording is a directory: --format parquet)" \
+            if stat.S_ISDIR(mode) and fmt != "parquet" else ""
+        raise RecordingError(f"{out} is {_kind_of(mode)}: refusing to replace it; choose a"
+                             f" new file name{hint}")
+    if not overwrite:
+        raise RecordingError(f"{out} exists: use --force to overwrite it")
+
+
+def new_temp(out: Path, *, directory: bool = False) -> Path:
+    """Create and return a new file (or directory) beside ``out`` to write it in, under a
+    name no one else uses: nothing that exists is ever truncated or removed."""
+    for _ in range(100):
+        tmp = out.with_name(f".{out.name[:200]}.{secrets.token_hex(4)}{PART_SUFFIX}")
+        try:
+            if directory:
+                os.mkdir(tmp, 0o755)
+            else:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                                 0o644))
+            return tmp
+        except FileExistsError:
+            continue
+        except (OSError, ValueError) as e:
+            raise RecordingError(os_error_text(e, out, "write")) from None
+    raise RecordingError(f"cannot create a temporary file beside {out}")
+
+
+def discard_temp(tmp: Path) -> None:
+    """Remove a file or directory ``new_temp`` made (and what we wrote into it)."""
+    with contextlib.suppress(OSError):
+        if tmp.is_dir() and not tmp.is_symlink():
+            for f in tmp.iterdir():
+                f.unlink()
+            tmp.rmdir()
+        else:
+            tmp.unlink()
+
+
+def replace_output(tmp: Path, out: Path) -> None:
+    """Move the complete ``tmp`` to ``out``, which ``check_output`` accepted: a file by
+    rename; a Parquet directory by setting the old one aside first, removing only its
+    recording files once the new one is in place."""
+    try:
+        if tmp.is_dir() and out.is_dir() and not out.is_symlink():
+            old = _parquet_dir_files(out)
+            if old is None:
+                raise RecordingError(f"{out} now holds other files: refusing to replace it")
+            aside = new_temp(out, directory=True)
+            os.rmdir(aside)
+            os.rename(out, aside)
+            try:
+                os.rename(tmp, out)
+            except OSError:
+                os.rename(aside, out)
+                raise
+            for f in old:
+                (aside / f.name).unlink(missing_ok=True)
+            os.rmdir(aside)
+        else:
+            os.replace(tmp, out)
+    except OSError as e:
+        raise RecordingError(os_error_text(e, out, "write")) from None
 
 
 def write_recording(records: Iterable[Record], out: Path, fmt: str,
                     meta: dict[str, Any] | None = None, *, overwrite: bool = False) -> int:
     """Write ``records`` to ``out`` as ``fmt`` ("native" or "parquet"); return how many.
 
-    The output appears whole or not at all: it is written beside as ``.part`` first.
+    The output appears whole or not at all: it is written beside under a new name first,
+    then renamed (see ``check_output`` for what may be replaced).
     """
-    if out.exists() and not overwrite:
-        raise RecordingError(f"{out} exists: use --force to overwrite it")
+    check_output(out, fmt, overwrite)
     if fmt == "parquet":
         _pyarrow()
-        tmp = out.with_name(out.name + PART_SUFFIX)
-        _remove(tmp)
-        n = write_parquet(records, tmp, meta)
-        _remove(out)
-        os.replace(tmp, out)
-        return n
-    tmp = out.with_name(out.name + PART_SUFFIX)
-    n = write_native(records, tmp, meta, overwrite=True)
-    os.replace(tmp, out)
+    tmp = new_temp(out, directory=fmt == "parquet")
+    try:
+        if fmt == "parquet":
+            n = write_parquet(records, tmp, meta)
+        else:
+            n = write_native(records, tmp, meta, overwrite=True)
+        replace_output(tmp, out)
+    except OSError as e:  # from pyarrow's writer
+        discard_temp(tmp)
+        raise RecordingError(os_error_text(e, out, "write")) from None
+    except BaseException:
+        discard_temp(tmp)
+        raise
     return n
-
-
-def _remove(path: Path) -> None:
-    import shutil
-
-    if path.is_dir():
-        shutil.rmtree(path)
-    else:
-        path.unlink(missing_ok=True)

@@ -34,6 +34,7 @@ import os
 import re
 import select
 import signal
+import stat
 import sys
 import threading
 import time
@@ -43,8 +44,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..config import DURATION_HELP, format_duration, parse_duration
-from ..errors import ConfigError, RezolusError
+from ..config import DURATION_HELP, format_duration, parse_duration, path_arg
+from ..errors import ConfigError, RezolusError, os_error_text
 from ..metrics import h2
 from . import recfile
 from .recfile import (
@@ -161,8 +162,8 @@ class JsonLinesSource:
         self.name = "stdin" if path == "-" else path
         try:
             self.fd = 0 if path == "-" else os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as e:
-            raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
+        except (OSError, ValueError) as e:
+            raise ConfigError(os_error_text(e, path, "read")) from None
         self.lost = 0
         self.exhausted = False
         self._partial = b""
@@ -224,19 +225,22 @@ class RecordingSource:
 
 
 def open_source(path: str, events: list[str] | None) -> RecordSource:
-    """Return the source for ``--source-file``: a recording, or JSON lines."""
+    """Return the source for ``--source-file``: a recording, or JSON lines (on stdin, a
+    pipe, or a file that starts with ``{``)."""
     p = Path(path)
-    if path != "-" and (p.is_dir() or recfile._is_parquet(p) or _starts_with_sync(p)):
-        return RecordingSource(path, events)
-    return JsonLinesSource(path)
+    if path == "-" or _json_lines(p):
+        return JsonLinesSource(path)
+    return RecordingSource(path, events)
 
 
-def _starts_with_sync(p: Path) -> bool:
+def _json_lines(p: Path) -> bool:
     try:
+        if not p.is_file():
+            return stat.S_ISFIFO(os.stat(p).st_mode)
         with open(p, "rb") as f:
-            return f.read(4) == recfile.SYNC
-    except OSError as e:
-        raise ConfigError(f"cannot read {p}: {e.strerror or e}") from None
+            return f.read(64).lstrip()[:1] == b"{"
+    except (OSError, ValueError) as e:
+        raise ConfigError(os_error_text(e, p, "read")) from None
 
 
 # --- sinks ------------------------------------------------------------------------------------
@@ -256,6 +260,7 @@ class FileSink:
     """A native recording at ``path``, written in place (a kill leaves it readable)."""
 
     def __init__(self, path: Path, *, overwrite: bool = False) -> None:
+        recfile.check_output(path, "native", overwrite)
         self.path = path
         self.writer = NativeWriter.create(path, recording_meta(), overwrite=overwrite)
 
@@ -280,14 +285,14 @@ class ParquetSink:
 
     def __init__(self, path: Path, *, overwrite: bool = False) -> None:
         recfile._pyarrow()
-        if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            if not overwrite:
-                raise RecordingError(f"{path} exists: use --force to overwrite it")
-            recfile._remove(path)
+        recfile.check_output(path, "parquet", overwrite)
         try:
             path.mkdir(parents=True, exist_ok=True)
+            # --force: the previous recording's files (check_output saw nothing else).
+            for f in recfile._parquet_dir_files(path) or ():
+                f.unlink()
         except OSError as e:
-            raise RecordingError(f"cannot create {path}: {e.strerror or e}") from None
+            raise RecordingError(os_error_text(e, path, "create")) from None
         self.path = path
         self.journal = FileSink(path / self.JOURNAL)
 
@@ -302,8 +307,11 @@ class ParquetSink:
         """Convert the journal to Parquet files, then delete it."""
         self.journal.close()
         jp = self.journal.path
-        recfile.write_parquet(read_records(jp), self.path, read_meta(jp))
-        jp.unlink()
+        try:
+            recfile.write_parquet(read_records(jp), self.path, read_meta(jp))
+            jp.unlink()
+        except OSError as e:  # the journal stays: `dump --from DIR` converts it later
+            raise RecordingError(os_error_text(e, self.path, "write")) from None
 
 
 @dataclass
@@ -327,7 +335,7 @@ def list_segments(root: Path) -> list[Segment]:
     try:
         entries = list(os.scandir(root))
     except OSError as e:
-        raise RecordingError(f"cannot read {root}: {e.strerror or e}") from None
+        raise RecordingError(os_error_text(e, root, "read")) from None
     for e in entries:
         m = SEGMENT_RE.fullmatch(e.name)
         if m is None:
@@ -395,7 +403,7 @@ class Ring:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise RecordingError(f"cannot create {self.root}: {e.strerror or e}") from None
+            raise RecordingError(os_error_text(e, self.root, "create")) from None
         self._lock_fd = lock_ring(self.root)
         for s in list_segments(self.root):
             if not s.complete:
@@ -491,7 +499,7 @@ def lock_ring(root: Path) -> int:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as e:
-        raise RecordingError(f"cannot create {path}: {e.strerror or e}") from None
+        raise RecordingError(os_error_text(e, path, "create")) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -499,8 +507,12 @@ def lock_ring(root: Path) -> int:
         pid = _read_pid(path)
         raise RecordingError(f"another recorder{f' (pid {pid})' if pid else ''} is writing"
                              f" {root}; stop it or use another --ring") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError as e:  # a full file system
+        os.close(fd)
+        raise RecordingError(os_error_text(e, path, "write")) from None
     return fd
 
 
@@ -519,7 +531,7 @@ def running_recorder(root: Path) -> int | None:
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise RecordingError(f"cannot read {path}: {e.strerror or e}") from None
+        raise RecordingError(os_error_text(e, path, "read")) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -575,22 +587,28 @@ class _BlockInfo:
 
 def _block_infos(files: list[MappedFile]) -> Iterator[_BlockInfo]:
     """Yield every valid block of ``files`` with its row count and time range (not its
-    bytes: a ring can be larger than memory)."""
+    bytes: a ring can be larger than memory). Damage is skipped, and warned about once
+    per file, exactly as ``read_records`` does: a dump holds what a reader would read."""
     for mf in files:
-        for ref in scan_blocks(mf.buf):
-            if ref.kind == KIND_META:
-                try:
-                    meta = json.loads(ref.payload(mf.buf))
-                except ValueError:
-                    meta = {}
-                yield _BlockInfo(mf, ref, meta=meta)
-            elif ref.kind == KIND_DATA:
-                tables = recfile.decode_tables(ref.payload(mf.buf))
-                times = [t.columns["time_ns"] for t in tables if t.rows]
-                if times:
-                    yield _BlockInfo(mf, ref, sum(len(x) for x in times),
-                                     min(int(x.min()) for x in times),
-                                     max(int(x.max()) for x in times))
+        st = recfile.ScanStats()
+        for ref in scan_blocks(mf.buf, st):
+            try:
+                if ref.kind == KIND_META:
+                    yield _BlockInfo(mf, ref, meta=recfile._clean_meta(
+                        json.loads(ref.payload(mf.buf))) or {})
+                    continue
+                if ref.kind != KIND_DATA:
+                    continue
+                tables = recfile.decode_block(mf.buf, ref)
+            except (recfile.BlockError, ValueError, RecursionError) as e:
+                st.bad(ref, e)
+                continue
+            times = [t.columns["time_ns"] for t in tables if t.rows]
+            if times:
+                yield _BlockInfo(mf, ref, sum(len(x) for x in times),
+                                 min(int(x.min()) for x in times),
+                                 max(int(x.max()) for x in times))
+        recfile._warn_damage(mf.path, st)
 
 
 def _window(infos: list[_BlockInfo], cutoff: int | None, res: DumpResult) -> Iterator[bytes]:
@@ -621,42 +639,52 @@ def _window(infos: list[_BlockInfo], cutoff: int | None, res: DumpResult) -> Ite
 
 
 def assemble(files: list[MappedFile], out: Path, fmt: str = "native", *,
-             last_ns: int | None = None, overwrite: bool = False) -> DumpResult:
+             last_ns: int | None = None, overwrite: bool = False,
+             into: int | None = None) -> DumpResult:
     """Write the blocks of ``files`` (oldest first) to one recording at ``out``.
 
     ``last_ns`` keeps only the records of that span before the newest one. Native output
-    copies whole blocks; Parquet output converts. ``out`` appears complete or not at all.
+    copies whole blocks; Parquet output converts. ``out`` appears complete or not at all:
+    it is written beside under a new name, then renamed over what ``check_output``
+    allows. With ``into`` (an open, empty file of the user who asked: see
+    ``request_dump``) the native blocks are written there instead, and the asker renames.
     """
     infos = list(_block_infos(files))
     data = [b for b in infos if b.ref.kind == KIND_DATA]
     if not data:
-        raise RecordingError("nothing recorded yet: the ring holds no records")
-    if out.exists() and not overwrite:
-        raise RecordingError(f"{out} exists: use --force to overwrite it")
+        raise RecordingError(f"no records in {', '.join(str(f.path) for f in files[:3])}"
+                             f"{' ...' if len(files) > 3 else ''}" if files else
+                             "nothing recorded yet: the ring holds no records")
     cutoff = None if last_ns is None else max(b.tmax for b in data) - last_ns
     meta = next((b.meta for b in infos if b.ref.kind == KIND_META), None)
     res = DumpResult(out)
-    tmp = out.with_name(out.name + PART_SUFFIX)
-    recfile._remove(tmp)
+    if into is not None:  # the caller closes it
+        w = NativeWriter(into, out)
+        for blk in _window(infos, cutoff, res):
+            w.write_block(blk)
+        with contextlib.suppress(OSError):
+            os.fsync(into)
+        res.bytes = w.size
+        return res
+    recfile.check_output(out, fmt, overwrite)
+    tmp = recfile.new_temp(out, directory=fmt == "parquet")
     try:
         if fmt == "parquet":
             recs = (r for blk in _window(infos, cutoff, res) for r in recfile.read_native(blk))
             recfile.write_parquet(recs, tmp, meta)
         else:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            w = NativeWriter(fd, tmp)
+            w = NativeWriter(os.open(tmp, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC), tmp)
             try:
                 for blk in _window(infos, cutoff, res):
                     w.write_block(blk)
             finally:
                 w.close()
-        recfile._remove(out)
-        os.replace(tmp, out)
-    except (OSError, RezolusError) as e:
-        recfile._remove(tmp)
-        if isinstance(e, RezolusError):
-            raise
-        raise RecordingError(f"cannot write {out}: {e.strerror or e}") from None
+        recfile.replace_output(tmp, out)
+    except BaseException as e:
+        recfile.discard_temp(tmp)
+        if isinstance(e, OSError):
+            raise RecordingError(os_error_text(e, out, "write")) from None
+        raise
     res.bytes = _disk_size(out)
     return res
 
@@ -680,11 +708,33 @@ def dump_ring_directly(root: Path, out: Path, fmt: str, *, last_ns: int | None,
 
 def request_dump(root: Path, pid: int, out: Path, fmt: str, *, last_ns: int | None,
                  overwrite: bool, timeout_s: float) -> dict[str, Any]:
-    """Ask the recorder ``pid`` writing ``root`` for a dump to ``out``; return its answer."""
+    """Ask the recorder ``pid`` writing ``root`` for a dump to ``out``; return its answer.
+
+    The recorder (often root) writes its blocks into a new empty file that this process
+    creates beside ``out``; this process then renames it over ``out`` (or converts it to
+    Parquet). Every file is thus created and replaced with the asker's own rights, never
+    the recorder's: asking a root recorder cannot overwrite a file the asker could not.
+    """
+    recfile.check_output(out, fmt, overwrite)
+    into = recfile.new_temp(out)
+    try:
+        answer = _ask_recorder(root, pid, {"into": str(into.absolute()), "last_ns": last_ns},
+                               timeout_s)
+        if answer.get("ok"):
+            if fmt == "parquet":
+                recfile.write_recording(read_records(into), out, fmt, read_meta(into),
+                                        overwrite=overwrite)
+            else:
+                recfile.replace_output(into, out)
+        return answer
+    finally:
+        recfile.discard_temp(into)
+
+
+def _ask_recorder(root: Path, pid: int, body: dict[str, Any],
+                  timeout_s: float) -> dict[str, Any]:
     token = f"{os.getpid()}-{time.monotonic_ns()}"
     req, done = root / f".dump-{token}.req", root / f".dump-{token}.done"
-    body = {"out": str(out.absolute()), "format": fmt, "last_ns": last_ns,
-            "overwrite": overwrite}
     try:
         tmp = req.with_name(req.name + ".tmp")
         tmp.write_text(json.dumps(body))
@@ -708,10 +758,39 @@ def request_dump(root: Path, pid: int, out: Path, fmt: str, *, last_ns: int | No
             if running_recorder(root) != pid:
                 raise RecordingError(f"the recorder (pid {pid}) exited before answering")
             time.sleep(0.02)
-        return dict(json.loads(done.read_text()))
+        try:
+            return dict(json.loads(done.read_text()))
+        except (OSError, ValueError) as e:
+            raise RecordingError(f"unreadable answer from the recorder (pid {pid}): {e}")\
+                from None
     finally:
         for p in (req, done):
             p.unlink(missing_ok=True)
+
+
+def _open_into(path: Path, uid: int) -> int:
+    """Open the file a dump request names: it must be an empty regular file of the user
+    who asked (who created it: see ``request_dump``), never a link to another."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC)
+    except (OSError, ValueError) as e:
+        raise RecordingError(os_error_text(e, path, "open")) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != uid or st.st_size or st.st_nlink != 1:
+        os.close(fd)
+        raise RecordingError(f"{path} is not an empty file of uid {uid}: refusing to dump"
+                             " into it")
+    return fd
+
+
+@dataclass
+class _DumpJob:
+    out: Path
+    last_ns: int | None = None
+    #: (file to write into, the asker's uid), for a request from ``rezolus-ue dump``.
+    into: tuple[Path, int] | None = None
+    done: Path | None = None
 
 
 class DumpServer:
@@ -724,23 +803,28 @@ class DumpServer:
     def serve(self) -> None:
         """Start a dump for every pending request, or to ``dumps/`` if there is none."""
         root = self.ring.root
-        reqs = sorted(root.glob(".dump-*.req"))
-        jobs: list[tuple[Path, str, int | None, bool, Path | None, tuple[int, int] | None]] = []
-        for req in reqs:
+        jobs: list[_DumpJob] = []
+        for req in sorted(root.glob(".dump-*.req")):
             try:
                 body = json.loads(req.read_text())
-                owner = req.stat()
-            except (OSError, ValueError):
+                owner = req.stat().st_uid
+                into = Path(body["into"])
+                last = body.get("last_ns")
+                if last is not None and type(last) is not int:
+                    raise ValueError("last_ns")
+            except (OSError, ValueError, TypeError, KeyError):
                 continue
-            done = req.with_suffix(".done")
-            jobs.append((Path(body["out"]), body.get("format", "native"), body.get("last_ns"),
-                         bool(body.get("overwrite")), done, (owner.st_uid, owner.st_gid)))
+            jobs.append(_DumpJob(into, last, (into, owner), req.with_suffix(".done")))
             req.unlink(missing_ok=True)
         if not jobs:
-            jobs.append((self._default_path(), "native", None, False, None, None))
+            try:
+                jobs.append(_DumpJob(self._default_path()))
+            except OSError as e:
+                log.warning("dump failed: %s", os_error_text(e, root / DUMPS_DIR, "write"))
+                return
         for job in jobs:
             t = threading.Thread(target=self._run, name="rezolus-dump", daemon=False,
-                                 args=(self.ring.snapshot(), *job))
+                                 args=(self.ring.snapshot(), job))
             t.start()
             self.threads.append(t)
         self.threads = [t for t in self.threads if t.is_alive()]
@@ -755,15 +839,14 @@ class DumpServer:
             path = d / f"{stem}-{k}{NATIVE_SUFFIX}"
         return path
 
-    def _run(self, files: list[MappedFile], out: Path, fmt: str, last_ns: int | None,
-             overwrite: bool, done: Path | None, owner: tuple[int, int] | None) -> None:
+    def _run(self, files: list[MappedFile], job: _DumpJob) -> None:
+        fd = -1
         try:
-            res = assemble(files, out, fmt, last_ns=last_ns, overwrite=overwrite)
+            if job.into is not None:
+                fd = _open_into(*job.into)
+            res = assemble(files, job.out, last_ns=job.last_ns,
+                           into=None if fd < 0 else fd)
             answer = res.to_json()
-            if owner is not None and os.geteuid() == 0:
-                # A dump asked for by another user belongs to that user.
-                with contextlib.suppress(OSError):
-                    _chown_tree(out, *owner)
             log.info("%s", res.summary())
         except RezolusError as e:
             answer = {"ok": False, "error": str(e)}
@@ -772,25 +855,20 @@ class DumpServer:
             answer = {"ok": False, "error": f"internal error: {type(e).__name__}: {e}"}
             log.warning("dump failed: %s: %s", type(e).__name__, e)
         finally:
+            if fd >= 0:
+                os.close(fd)
             for f in files:
                 f.close()
-        if done is not None:
-            tmp = done.with_name(done.name + ".tmp")
+        if job.done is not None:
+            tmp = job.done.with_name(job.done.name + ".tmp")
             with contextlib.suppress(OSError):
                 tmp.write_text(json.dumps(answer))
-                os.replace(tmp, done)
+                os.replace(tmp, job.done)
 
     def join(self) -> None:
         """Wait for dumps in progress."""
         for t in self.threads:
             t.join()
-
-
-def _chown_tree(path: Path, uid: int, gid: int) -> None:
-    os.chown(path, uid, gid)
-    if path.is_dir():
-        for f in path.iterdir():
-            os.chown(f, uid, gid)
 
 
 # --- the recording loop -----------------------------------------------------------------------
@@ -916,8 +994,7 @@ def run_record(args: argparse.Namespace) -> int:
         fmt = args.format or ("parquet" if path.suffix == ".parquet" else "native")
         if fmt == "parquet":
             recfile._pyarrow()
-        if path.exists() and not args.force and not (path.is_dir() and not any(path.iterdir())):
-            raise RecordingError(f"{path} exists: use --force to overwrite it")
+        recfile.check_output(path, fmt, args.force)
         where = str(path)
     source = _open_source(args, events)
     try:
@@ -966,18 +1043,16 @@ def run_dump(args: argparse.Namespace) -> int:
     fmt = args.format or ("parquet" if out.suffix == ".parquet" else "native")
     if fmt == "parquet":
         recfile._pyarrow()
-    if out.exists() and not args.force:
-        raise RecordingError(f"{out} exists: use --force to overwrite it")
+    recfile.check_output(out, fmt, args.force)
     if args.source is not None:
-        files = [MappedFile.open(f) for f in recfile.recording_files(args.source)]
-        if not files or not recfile._is_native(files[0].path):
+        source = recfile.check_input(args.source)
+        if recfile._parquet_recording(source):
             # Parquet input: convert record by record.
-            for f in files:
-                f.close()
-            n = recfile.write_recording(_last(args.source, args.last), out, fmt,
-                                        read_meta(args.source), overwrite=args.force)
+            n = recfile.write_recording(_last(source, args.last), out, fmt,
+                                        read_meta(source), overwrite=args.force)
             print(f"rezolus-ue: wrote {out}: {n} records", file=sys.stderr)
             return 0
+        files = [MappedFile.open(f) for f in recfile.recording_files(source)]
         try:
             res = assemble(files, out, fmt, last_ns=args.last, overwrite=args.force)
         finally:
@@ -1082,14 +1157,16 @@ def add_record_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("native", "parquet"),
                    help="native .rzr (default) or parquet (default if FILE ends .parquet;"
                    " needs pyarrow)")
-    p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite FILE if it is a regular file (or a Parquet recording"
+                   " directory); nothing else is ever replaced")
     p.add_argument("--flush", type=_arg_duration, default=10**9, metavar="DURATION",
                    help="write buffered records this often: a crash loses at most this much"
                    " (default 1s)")
     p.add_argument("--no-wait", action="store_true",
                    help="exit at once if the agent is not running, instead of waiting")
     ring = p.add_argument_group("flight recorder")
-    ring.add_argument("--ring", type=Path, metavar="DIR",
+    ring.add_argument("--ring", type=path_arg, metavar="DIR",
                       help="keep a rolling window in segment files in DIR")
     ring.add_argument("--max-size", type=_arg_ring_size, metavar="SIZE",
                       help=f"bound the segments' total size: {SIZE_HELP} (default 100M)")
@@ -1113,18 +1190,20 @@ def add_dump_parser(sub: argparse._SubParsersAction) -> None:
         " read directly. With --from, convert or trim an existing recording instead.",
         epilog=_DUMP_EPILOG,
     )
-    p.add_argument("outfile", type=Path, metavar="OUTFILE",
+    p.add_argument("outfile", type=path_arg, metavar="OUTFILE",
                    help="recording to write (a directory for --format parquet)")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--ring", type=Path, default=DEFAULT_RING, metavar="DIR",
+    src.add_argument("--ring", type=path_arg, default=DEFAULT_RING, metavar="DIR",
                      help=f"the flight recorder's directory (default {DEFAULT_RING})")
-    src.add_argument("--from", dest="source", type=Path, metavar="FILE",
+    src.add_argument("--from", dest="source", type=path_arg, metavar="FILE",
                      help="read this recording (file, Parquet directory, or ring directory)")
     p.add_argument("--last", type=_arg_duration, metavar="DURATION",
                    help="only the records of the last DURATION before the newest one")
     p.add_argument("--format", choices=("native", "parquet"),
                    help="native .rzr (default) or parquet (default if OUTFILE ends .parquet)")
-    p.add_argument("--force", action="store_true", help="overwrite OUTFILE if it exists")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite OUTFILE if it is a regular file (or a Parquet recording"
+                   " directory); nothing else is ever replaced")
     p.add_argument("--timeout", type=_arg_duration, default=60 * 10**9, metavar="DURATION",
                    help="how long to wait for the recorder's answer (default 60s)")
     p.set_defaults(func=run_dump)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import select
 import signal
@@ -34,7 +35,18 @@ import numpy as np
 from rich.text import Span, Text
 
 from ..errors import RezolusError
-from .top_model import TOP_EVENTS, CgroupRow, CpuRow, DiskRow, HistRow, Model, NetRow, View
+from .top_model import (
+    TOP_EVENTS,
+    CgroupRow,
+    CpuRow,
+    DiskRow,
+    HistRow,
+    Model,
+    NetRow,
+    PressureRow,
+    SamplerRow,
+    View,
+)
 
 # --- UI state and keys (pure) ------------------------------------------------------------
 
@@ -62,6 +74,8 @@ class UiState:
     filter: str = ""
     editing: bool = False  # typing a filter after '/'
     help: bool = False
+    #: The samplers screen: every sampler's state, errors and why (key e).
+    samplers: bool = False
     quit: bool = False
     #: False for ``--once``: no key footer, no padding to the screen height.
     interactive: bool = True
@@ -92,6 +106,8 @@ def handle_key(ui: UiState, key: str) -> UiState:
         return ui
     if ui.help and key in ("h", "?", ESC, "q"):
         return replace(ui, help=False)  # q closes help first, like less
+    if ui.samplers and key in ("e", ESC, "q"):
+        return replace(ui, samplers=False)
     match key:
         case "q" | "Q":
             return replace(ui, quit=True)
@@ -108,7 +124,9 @@ def handle_key(ui: UiState, key: str) -> UiState:
         case "-" | "_":
             return replace(ui, interval_s=step_interval(ui.interval_s, up=False))
         case "h" | "?":
-            return replace(ui, help=not ui.help)
+            return replace(ui, help=not ui.help, samplers=False)
+        case "e":
+            return replace(ui, samplers=True, help=False)
         case _ if key == ESC and ui.filter:
             return replace(ui, filter="")
     return ui
@@ -331,6 +349,8 @@ class _Col:
     drop: int = 0  # 0: never dropped; when narrow, the highest number goes first (together)
     style: Callable[[Any], str] | None = None
     key: str = ""  # the sort mode this column shows (marked with a triangle)
+    #: For the first column: the cell cut to a width (default: cut from the left).
+    fit: Callable[[Any, int], str] | None = None
 
 
 def _table(title: str, cols: Sequence[_Col], rows: Sequence[object], width: int,
@@ -358,9 +378,11 @@ def _table(title: str, cols: Sequence[_Col], rows: Sequence[object], width: int,
         head.append((c.header + ("▼" if sorted_here else "")).rjust(c.width),
                     "bold reverse" if sorted_here else "bold")
     out = [_fit(head.text(), width)]
+    first = cols[0]
     for r in shown:
         line = _Line()
-        line.append(_ltrunc(_clean(cols[0].cell(r)), flex).ljust(flex))
+        name = first.fit(r, flex) if first.fit else _ltrunc(_clean(first.cell(r)), flex)
+        line.append(name.ljust(flex))
         for c in cols[1:]:
             line.append(" ")
             line.append(c.cell(r).rjust(c.width), c.style(r) if c.style else "")
@@ -593,9 +615,56 @@ def _memory_block(v: View, width: int) -> _Block | None:
     return _Block((1, 2), draw, prio=1)
 
 
+@functools.lru_cache(maxsize=256)
+def hist_subject(event: str, metric: str, unit: str) -> str:
+    """Return what a histogram row measures: its event's words, then its metric's where the
+    event does not say them, without the unit ("syscall latency", "agent sampler refresh")."""
+    words = event.removeprefix("rezolus_").split("_")
+    more = [w for w in metric.removesuffix(f"_{unit}").split("_") if w not in words]
+    return " ".join(words + more)
+
+
 def _hist_name(h: HistRow) -> str:
-    """Return a histogram's row name: metric and labels, or the event for label-less ones."""
-    return f"{h.metric} {h.label}" if h.label else h.event.removeprefix("rezolus_")
+    """Return a histogram row's full name: what it measures and its label (filters match
+    it: "syscall" finds every syscall family)."""
+    return f"{hist_subject(h.event, h.metric, h.unit)} {_clean(h.label)}".rstrip()
+
+
+#: Words a histogram row's name is shortened by, in this order, until it fits.
+_ABBREVIATIONS = (("sampler ", ""), ("scheduler", "sched"), ("runqueue", "runq"),
+                  ("latency", "lat"), ("duration", "dur"), ("connect", "conn"),
+                  ("packet", "pkt"), ("blockio", "blk"), ("cgroup", "cg"),
+                  ("refresh", "refr"))
+
+
+@functools.lru_cache(maxsize=1024)
+def fit_hist_name(subject: str, label: str, width: int, longest: int = 0) -> str:
+    """Return a histogram row's name in ``width`` cells: the subject's words abbreviated
+    first, then the label cut (a path from the left: its tail says the most), so the
+    reader always sees which subsystem and metric a row is. ``longest``: the longest
+    label of the rows of this event shown, so that they share one subject."""
+    need = max(len(label), longest)
+    for long, short in _ABBREVIATIONS:
+        if len(subject) + (need and need + 1) <= width:
+            break
+        subject = subject.replace(long, short)
+    name = f"{subject} {label}".rstrip()
+    if len(name) <= width:
+        return name
+    room = width - len(subject) - 1
+    if label and room > 1:
+        cut = _ltrunc(label, room) if "/" in label else label[: room - 1] + "…"
+        return f"{subject} {cut}"
+    return name[: max(width - 1, 0)] + "…" if width > 0 else ""
+
+
+def _fit_hists(hists: Sequence[HistRow]) -> Callable[[HistRow, int], str]:
+    """Return the name fitter of a histogram table's rows: one subject per event."""
+    longest: dict[str, int] = {}
+    for h in hists:
+        longest[h.event] = max(longest.get(h.event, 0), len(h.label))
+    return lambda h, width: fit_hist_name(hist_subject(h.event, h.metric, h.unit),
+                                          _clean(h.label), width, longest[h.event])
 
 
 def _sched_block(v: View, width: int, ui: UiState) -> _Block | None:
@@ -628,7 +697,7 @@ def _sched_block(v: View, width: int, ui: UiState) -> _Block | None:
 def _hist_table(hists: Sequence[HistRow], width: int, lines: int) -> list[Text]:
     spark_w = max(0, min(24, width - 58))
     cols = [
-        _Col("HISTOGRAM", 10, _hist_name),
+        _Col("HISTOGRAM", 10, _hist_name, fit=_fit_hists(hists[: max(lines - 1, 0)])),
         _Col("n", 5, lambda h: fmt_int(h.count), drop=2),
         _Col("p50", 6, lambda h: fmt_value(h.p50, h.unit), drop=3),
         _Col("p90", 6, lambda h: fmt_value(h.p90, h.unit), drop=4),
@@ -654,6 +723,81 @@ def _table_block(title: str, cols: Sequence[_Col], rows: list, width: int,
         return _table(title, cols, rows, width, lines, sort_col)
 
     return _Block(tuple(range(2, len(rows) + 2)), draw, prio)
+
+
+#: Samplers the panel lists, by state, worst first; any other with errors comes after.
+_TROUBLE = {"failed": 0, "unavailable": 1}
+_STATE_STYLE = {"failed": "bold red", "unavailable": "yellow"}
+
+
+def troubled(samplers: Sequence[SamplerRow]) -> list[SamplerRow]:
+    """Return the samplers to tell the user about, worst first: failed, unavailable, then
+    any that recovered from errors (disabled ones were the user's choice)."""
+    rows = [r for r in samplers if r.state in _TROUBLE or r.errors]
+    return sorted(rows, key=lambda r: (_TROUBLE.get(r.state, 2), -r.errors, r.sampler))
+
+
+def _sampler_why(r: SamplerRow) -> str:
+    """Return why a sampler is listed: its reason or error; for one that recovered, its
+    latest error too."""
+    why = _clean(r.why)
+    if r.state not in _TROUBLE and r.last_error:
+        why = (why or "recovered") + f"; latest error: {_clean(r.last_error)}"
+    return why or "-"
+
+
+def _sampler_head(r: SamplerRow, name_w: int) -> _Line:
+    """Return a sampler line's columns before the why: name, state, errors."""
+    line = _Line()
+    line.append(_clean(r.sampler)[:name_w].ljust(name_w), "bold")
+    line.append(" ")
+    line.append(r.state.ljust(11), _STATE_STYLE.get(r.state, "dim"))
+    line.append(fmt_int(r.errors).rjust(5), "red" if r.errors else "dim")
+    line.append("  ")
+    return line
+
+
+def _sampler_line(r: SamplerRow, width: int, name_w: int) -> Text:
+    line = _sampler_head(r, name_w)
+    line.append(_sampler_why(r))
+    return _fit(line.text(), width)
+
+
+def _samplers_block(v: View, width: int, prio: int) -> _Block | None:
+    rows = troubled(v.samplers)
+    if not rows:
+        return None
+    name_w = max(7, min(18, max(len(r.sampler) for r in rows)))
+
+    def draw(lines: int) -> list[Text]:
+        shown = rows[: max(lines - 1, 0)]
+        more = len(rows) - len(shown)
+        title = f"{'SAMPLER'.ljust(name_w)} {'state'.ljust(11)}{'err'.rjust(5)}  why" + (
+            f"  +{more} (e)" if more else "  (e: every sampler)")
+        return [_fit(Text(title, "bold"), width),
+                *(_sampler_line(r, width, name_w) for r in shown)]
+
+    return _Block(tuple(range(2, len(rows) + 2)), draw, prio)
+
+
+def _samplers_screen(v: View, width: int, height: int) -> list[Text]:
+    """Return the samplers screen (key e): every sampler, its state, errors and why, the
+    why wrapped rather than cut."""
+    rows = sorted(v.samplers, key=lambda r: (_TROUBLE.get(r.state, 2), r.sampler))
+    out = [Text("Samplers of the running agent, as it publishes them"
+                " (rezolus_agent_status); e or Esc returns", "bold")]
+    if not rows:
+        out.append(Text("no rezolus_agent_status record yet: the agent publishes one per"
+                        " sampler every interval while a consumer has it enabled", "dim"))
+    name_w = max((len(r.sampler) for r in rows), default=7)
+    indent = name_w + 1 + 11 + 5 + 2
+    for r in rows:
+        chunks = textwrap.wrap(_sampler_why(r), max(width - indent, 10)) or [""]
+        line = _sampler_head(r, name_w)
+        line.append(chunks[0])
+        out.append(_fit(line.text(), width))
+        out += [_fit(Text(" " * indent + c), width) for c in chunks[1:]]
+    return out[:height]
 
 
 def _allocate(blocks: Sequence[_Block], height: int) -> list[int]:
@@ -698,22 +842,36 @@ def _header(model: Model, ui: UiState, width: int) -> list[Text]:
         l1.append((4, Text(model.kernel, "dim")))
     a = v.agent
     if a is None and not v.frame:
-        l1.append((0, Text("waiting for the agent (sudo rezolus-ue run)", "bold yellow")))
+        waiting = ("subscribing..." if model.subscribed is None else
+                   "waiting for the agent (sudo rezolus-ue run)" if not model.subscribed
+                   else "waiting for its first records")
+        l1.append((0, Text(waiting, "bold yellow")))
     elif a is None:  # data, but the agent sampler is disabled or its event unsubscribed
         l1.append((0, Text("agent: no rezolus_agent records", "yellow")))
     if a is not None:
         l1 += [(0, _kv("agent", str(a.pid))), (2, _kv("up", fmt_uptime(a.uptime_s))),
                (3, _kv("cpu", _cpu_share(a.cpu))), (5, _kv("rss", fmt_bytes(a.rss_bytes)))]
+        # Always shown: "errors 0" is the answer an operator looks for, not a blank.
         errs = a.sampler_errors + a.write_errors
-        if errs:
-            l1.append((1, _kv("errors", str(errs), "bold red")))
+        l1.append((1, _kv("errors", str(errs), "bold red" if errs else "bold")))
+    bad = Text()
+    for state in _TROUBLE:
+        n = sum(r.state == state for r in v.samplers)
+        if n:
+            bad.append(f"{n} {state} ", _STATE_STYLE[state])
+    if bad:
+        l1.append((1, Text.assemble(("samplers ", "dim"), bad, ("(e)", "dim"))))
     l2: list[tuple[int, Text]] = []
-    if a is not None:
-        l2.append((1, _kv("written", fmt_int(a.events_written))))
+    if model.loadavg is not None:
+        l2.append((1, _kv("load", " ".join(f"{x:.2f}" for x in model.loadavg))))
+    if v.pressure:
+        l2.append((2, _psi(v.pressure)))
     l2 += [(0, _kv("ev/s", fmt_num(v.events_per_s))),
-           (0, _kv("lost", str(model.lost), "bold red" if model.lost else "bold")),
-           (2, _kv("every", _interval(ui.interval_s))),
-           (3, _kv("sort", "/".join(SORTS[ui.sort].values())))]
+           (0, _kv("lost", str(model.lost), "bold red" if model.lost else "bold"))]
+    if a is not None:
+        l2.append((4, _kv("written", fmt_int(a.events_written))))
+    l2 += [(3, _kv("every", _interval(ui.interval_s))),
+           (5, _kv("sort", "/".join(SORTS[ui.sort].values())))]
     if ui.filter or ui.editing:
         l2.append((0, _kv("filter", repr(ui.filter), "bold cyan")))
     if ui.paused:
@@ -723,8 +881,27 @@ def _header(model: Model, ui: UiState, width: int) -> list[Text]:
     return [_items(l1, width), _items(l2, width)]
 
 
+def _pct(share: float | None) -> str:
+    """Return a share as a percentage without the sign, in at most 4 cells: 0, 1.2, 34."""
+    if share is None:
+        return "-"
+    p = share * 100
+    return "0" if p < 0.05 else f"{p:.1f}" if p < 9.95 else f"{p:.0f}"
+
+
+def _psi(rows: Sequence[PressureRow]) -> Text:
+    """Return PSI as ``psi cpu 1.2/0% mem 0/0% io 3.4/1.0%`` (some/full stall shares)."""
+    t = Text("psi", "dim")
+    for r in rows:
+        worst = max(r.some or 0.0, r.full or 0.0)
+        style = "bold red" if worst >= 0.1 else "bold yellow" if worst >= 0.01 else "bold"
+        t.append(f" {r.resource[:3]} ", "dim")
+        t.append(f"{_pct(r.some)}/{_pct(r.full)}%", style)
+    return t
+
+
 _KEYS = (("q", "quit"), ("p", "pause"), ("s", "sort"), ("/", "filter"), ("+/-", "interval"),
-         ("h", "help"))
+         ("e", "samplers"), ("h", "help"))
 
 
 def _footer(ui: UiState, width: int) -> Text:
@@ -747,11 +924,15 @@ _HELP = (
     ("s / S", "cycle sort: " + ", ".join("/".join(m.values()) for m in SORTS)),
     ("/", "filter rows by label text (Enter keeps, Esc clears)"),
     ("+ / -", "slower / faster refresh (" + ", ".join(_interval(i) for i in INTERVALS) + ")"),
+    ("e", "every sampler: state, errors and why (as the agent publishes them)"),
     ("h, ?", "toggle this help"),
     ("", ""),
+    ("header", "load averages 1/5/15 min; psi: stalled share of time, some/full tasks"),
+    ("SAMPLER", "failed and unavailable samplers, errors and why (rezolus_agent_status)"),
     ("CPU", "busy = not idle/iowait; bar: usr sys irq steal; | = interval max"),
     ("Mem", "used = total - available"),
-    ("Sched", "context switches, runnable and blocked tasks; histograms"),
+    ("Sched", "context switches, runnable and blocked tasks; histograms named"
+     " subsystem, metric, label"),
     ("DISK", "ops and bytes per second, await ms, queue depth, util"),
     ("NET", "bytes and packets per second, errors + drops per second"),
     ("CGROUP", "CPU (100% = one CPU), throttled, memory, IO per second"),
@@ -784,8 +965,10 @@ def render(model: Model, width: int, height: int, ui: UiState) -> Text:
     v = model.view
     if ui.help:
         body = _help(width, room)
+    elif ui.samplers:
+        body = _samplers_screen(v, width, room)
     elif not v.frame:
-        body = [Text("waiting for the first records...", "dim")]
+        body = _waiting(model, width)
     else:
         body = _body(v, ui, width, room) or [
             Text("no panel data: the samplers top reads are idle, disabled or unavailable"
@@ -794,6 +977,31 @@ def render(model: Model, width: int, height: int, ui: UiState) -> Text:
         body += [Text()] * (room - len(body))
     lines = [*head, *body[:room], *foot]
     return Text("\n", no_wrap=True, overflow="crop").join(lines)
+
+
+def _waiting(model: Model, width: int) -> list[Text]:
+    """Return the body before the first frame: what top waits for and subscribed to."""
+    subscribed = model.subscribed
+    if subscribed is None:
+        head = f"subscribing to {len(TOP_EVENTS)} events..."
+    elif not subscribed:
+        head = ("waiting for the agent: none of top's events is registered (start it:"
+                " sudo rezolus-ue run); top subscribes as soon as they are")
+    else:
+        head = "waiting for the first records from the agent..."
+    out = [Text(head, "bold")]
+    if subscribed:
+        missing = [e for e in TOP_EVENTS if e not in subscribed]
+        lines = [f"subscribed to {len(subscribed)} of {len(TOP_EVENTS)} events: "
+                 + ", ".join(subscribed)]
+        if missing:
+            lines.append("not registered (yet): " + ", ".join(missing)
+                         + " (their samplers may be disabled or unavailable: key e, or"
+                         " rezolus-ue events)")
+        for text in lines:
+            out += [Text(ln, "dim") for ln in textwrap.wrap(text, max(width, 20),
+                                                            subsequent_indent="  ")]
+    return out
 
 
 def _body(v: View, ui: UiState, width: int, height: int) -> list[Text]:
@@ -813,7 +1021,7 @@ def _body(v: View, ui: UiState, width: int, height: int) -> list[Text]:
     if width >= WIDE:
         lw = (width - 3) // 2
         rw = width - 3 - lw
-        rblocks = right(rw)
+        rblocks = [_samplers_block(v, rw, 1), *right(rw)]
         if any(rblocks):
             lcol = _stack(left(lw), lw, height)
             rcol = _stack(rblocks, rw, height)
@@ -826,7 +1034,9 @@ def _body(v: View, ui: UiState, width: int, height: int) -> list[Text]:
                     line.append_text(rcol[i])
                 out.append(line)
             return out
-    return _stack([*left(width), *right(width)], width, height)
+    cpu, mem, sched = left(width)
+    return _stack([cpu, mem, _samplers_block(v, width, 1), sched, *right(width)], width,
+                  height)
 
 
 # --- I/O: terminal, subscription, loop --------------------------------------------------
@@ -881,12 +1091,27 @@ def _complete(v: View) -> bool:
         r.reads_s is not None for r in v.disks) and all(r.rx_bps is not None for r in v.nets)
 
 
+def read_loadavg(path: str = "/proc/loadavg") -> tuple[float, float, float] | None:
+    """Return the 1, 5 and 15 minute load averages, or None where they cannot be read.
+
+    The one figure top reads itself: no event carries it, and top runs on the host it
+    shows (a subscription reads this host's tracepoints only).
+    """
+    try:
+        with open(path, "rb") as f:
+            one, five, fifteen = f.read(64).split()[:3]
+        return float(one), float(five), float(fifteen)
+    except (OSError, ValueError):
+        return None
+
+
 def _run_once(model: Model, wait: bool) -> int:
     from rich.console import Console
 
     from .subscription import Subscription
 
     with Subscription(TOP_EVENTS, wait=wait) as sub:
+        model.subscribed = tuple(sub.events)
         # The second frame is the first with a full interval; a third if we started
         # mid-tick and some rows had no earlier record to take a rate from.
         while model.frames < 2 or (model.frames < 3 and not _complete(model.view)):
@@ -896,6 +1121,7 @@ def _run_once(model: Model, wait: bool) -> int:
             else:
                 model.flush()
             model.lost = sub.lost
+    model.loadavg = read_loadavg()
     console = Console(highlight=False)
     width, height = console.size
     if not console.is_terminal:
@@ -911,7 +1137,10 @@ def _run_live(model: Model, ui: UiState, wait: bool) -> int:
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise RezolusError("top needs a terminal; for a snapshot in scripts use --once")
-    sub = _subscribe(wait)  # before the screen: --no-wait errors print as one plain line
+    # With --no-wait, subscribe before the screen: its error prints as one plain line.
+    # Else the loop subscribes after the first screen is drawn: opening a perf event per
+    # event and CPU takes seconds on a slow machine, and the screen says what top awaits.
+    sub = None if wait else _subscribe(wait)
     console = Console(highlight=False)
     fd = sys.stdin.fileno()
 
@@ -939,6 +1168,9 @@ def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: in
     drawn: tuple = ()
     last_data = time.monotonic()
     retry = 0.0
+    if sub is None:  # the first screen, before subscribing
+        size = console.size
+        live.update(render(model, size.width, size.height, ui), refresh=True)
     while True:
         now = time.monotonic()
         keys: list[str] = []
@@ -946,6 +1178,7 @@ def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: in
             if now >= retry:
                 sub = subs[0] = _subscribe(True)
                 retry = now + 1.0
+                model.subscribed = ()
             keys = read_keys(fd, 0.0 if sub else KEY_POLL_MS / 1000)
         else:
             recs = sub.poll(SETTLE_MS if model.batch_open else KEY_POLL_MS)
@@ -956,6 +1189,7 @@ def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: in
             elif model.batch_open and now - last_data >= SETTLE_MS / 1000:
                 model.flush()
             model.lost = sub.lost
+            model.subscribed = tuple(sub.events)
             keys = read_keys(fd)
         for k in keys:
             ui = handle_key(ui, k)
@@ -966,9 +1200,10 @@ def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: in
         silent = now - last_data if sub is not None else 0.0
         stale = int(silent) if silent >= max(3 * ui.interval_s, 3.0) else 0
         size = console.size
-        state = (model.frames, size, stale, ui)
+        state = (model.frames, size, stale, ui, model.subscribed)
         if state != drawn:
             drawn = state
+            model.loadavg = read_loadavg()
             live.update(render(model, size.width, size.height, replace(ui, silent_s=silent)),
                         refresh=True)
 
@@ -998,7 +1233,8 @@ def _seconds(text: str) -> float:
 
 
 _EPILOG = """\
-keys: q quit, p pause, s cycle sort, / filter rows, +/- refresh interval, h help
+keys: q quit, p pause, s cycle sort, / filter rows, +/- refresh interval,
+      e every sampler's state and why, h help
 
 examples:
   sudo rezolus-ue top                     watch (waits for the agent if it is not running)
@@ -1015,10 +1251,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "top", formatter_class=argparse.RawDescriptionHelpFormatter,
         help="full-screen live view: CPU, memory, scheduler, disks, network, cgroups",
-        description="A top-style view of the running agent's tracepoints: per-CPU busy bars\n"
-        "with the interval's peak, memory, scheduler activity and histograms, disk and\n"
-        "network rates, and the busiest cgroups. Redraws when an interval's records have\n"
-        "arrived, not on a timer of its own.",
+        description="A top-style view of the running agent's tracepoints: load and pressure\n"
+        "stalls, per-CPU busy bars with the interval's peak, memory, scheduler activity\n"
+        "and histograms, disk and network rates, the busiest cgroups, and the samplers\n"
+        "that failed or cannot run, with why (key e lists every sampler). Redraws when\n"
+        "an interval's records have arrived, not on a timer of its own.",
         epilog=_EPILOG,
     )
     p.add_argument("-i", "--interval", type=_seconds, default=1.0, metavar="DURATION",

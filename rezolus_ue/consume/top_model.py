@@ -6,9 +6,17 @@ batch already holds (the next tick has begun) or when the caller says the data w
 (``flush``). When a batch ends at least one display interval after the last frame, the
 model *commits* a frame: rates from consecutive cumulative counters per label set (a
 counter that went down was reset: that step gives no rate), the interval's maximum from
-``_dist`` events, the histograms' buckets summed over the frame, and the latest gauges.
-``view`` is that frame; the renderer reads nothing else. No I/O, no clocks: the records'
-own timestamps are the only time there is.
+``_dist`` events, the histograms' buckets summed over the frame, the latest gauges, and
+each sampler's state as the agent published it (``rezolus_agent_status``). ``view`` is
+that frame; the renderer reads nothing else. No I/O, no clocks: the records' own
+timestamps are the only time there is.
+
+A label set (a disk, a cgroup) is gone when its event published twice without it, counted
+in the event's own publishes (a key seen again starts the next), never in frames: a slow
+agent (a tick spread over seconds of BPF loading under emulation, so one tick ends several
+batches) commits more frames than it publishes, and counting frames dropped every row
+between two of its records, so no row ever had a rate. An event that stopped altogether
+(its sampler failed) loses its rows after three of its publish periods of data time.
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ HISTOGRAM_EVENTS: tuple[str, ...] = tuple(sorted(
 #: else on top's behalf. The one list; the subscription and the tests use it.
 TOP_EVENTS: tuple[str, ...] = (
     "rezolus_agent",                 # header: agent pid, uptime, records written, its CPU
+    "rezolus_agent_status",          # samplers panel: failed and unavailable ones, and why
+    "rezolus_pressure",              # header: PSI stall shares of cpu, memory and io
     "rezolus_cpu_usage",             # CPU: busy/user/system per CPU from time deltas
     "rezolus_cpu_usage_dist",        # CPU: the interval's max busy_ppm (oversampled)
     "rezolus_memory",                # memory
@@ -82,6 +92,31 @@ class AgentRow:
     write_errors: int
     samplers_active: int
     samplers_unavailable: int
+
+
+@dataclass(frozen=True, slots=True)
+class SamplerRow:
+    """One sampler as the agent's latest ``rezolus_agent_status`` record says."""
+
+    sampler: str
+    state: str  # idle, active, failed, unavailable, disabled
+    reason: str
+    last_error: str
+    errors: int
+
+    @property
+    def why(self) -> str:
+        """Return why it is in its state: the error while failed, else the reason."""
+        return self.last_error if self.state == "failed" else self.reason
+
+
+@dataclass(frozen=True, slots=True)
+class PressureRow:
+    """PSI of one resource: shares of time (0..1) some or all tasks stalled."""
+
+    resource: str
+    some: float | None
+    full: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +206,8 @@ class View:
     nets: tuple[NetRow, ...] = ()
     cgroups: tuple[CgroupRow, ...] = ()
     hists: tuple[HistRow, ...] = ()
+    samplers: tuple[SamplerRow, ...] = ()
+    pressure: tuple[PressureRow, ...] = ()
 
 
 @dataclass(slots=True)
@@ -179,10 +216,32 @@ class _Series:
 
     t_ns: int
     values: dict[str, object]
-    frame: int  # the frame (being) accumulated when last seen
+    gen: int  # its event's publish it was last seen in
     acc_dt: int = 0
     acc: dict[str, int] = field(default_factory=dict)
     rates: dict[str, float] | None = None  # per second, over the last frame with steps
+
+
+@dataclass(slots=True)
+class _Publishes:
+    """One event's publishes, counted from its records: a label set seen again starts the
+    next publish."""
+
+    gen: int = 0
+    seen: set = field(default_factory=set)
+    start_ns: int = 0  # when the current publish began
+    period_ns: int = 0  # between the last two starts (0: not measured yet)
+
+    def see(self, labels: tuple, t_ns: int) -> int:
+        """Count a record of ``labels`` at ``t_ns``; return its publish number."""
+        if labels in self.seen or not self.seen:
+            if self.seen:
+                self.gen += 1
+                self.period_ns = t_ns - self.start_ns
+            self.seen = set()
+            self.start_ns = t_ns
+        self.seen.add(labels)
+        return self.gen
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +281,14 @@ class Model:
         #: While True (display paused) frames are not committed; data keeps accumulating.
         self.hold = False
         self.view = View()
+        #: Set by the caller: the events subscribed so far (shown while waiting); () while
+        #: no agent has registered them, None before the first try.
+        self.subscribed: tuple[str, ...] | None = None
+        #: Set by the caller: the 1, 5 and 15 minute load averages (/proc/loadavg).
+        self.loadavg: tuple[float, float, float] | None = None
         self._series: dict[tuple, _Series] = {}
+        self._pubs: dict[str, _Publishes] = {}
+        self._status: dict[str, tuple[int, SamplerRow]] = {}
         self._dist_max: dict[tuple, int] = {}
         self._hists: dict[tuple, np.ndarray] = {}
         self._batch: set[tuple] = set()
@@ -267,6 +333,8 @@ class Model:
                 self._add_dist(meta.base, labels, f)
             elif meta.histogram is not None:
                 self._add_hist(r, labels)
+            elif r.event == _STATUS:
+                self._add_status(r)
             else:
                 self._add_series(r, (r.event, labels), meta.counters)
 
@@ -277,11 +345,25 @@ class Model:
 
     # --- ingest -------------------------------------------------------------------------
 
+    def _publishes(self, event: str) -> _Publishes:
+        p = self._pubs.get(event)
+        if p is None:
+            p = self._pubs[event] = _Publishes()
+        return p
+
+    def _add_status(self, r: Record) -> None:
+        f = r.fields
+        name = str(f.get("sampler", ""))
+        gen = self._publishes(_STATUS).see((name,), r.time_ns)
+        self._status[name] = (gen, SamplerRow(
+            name, str(f.get("state", "")), str(f.get("reason", "")),
+            str(f.get("last_error", "")), _int(f.get("errors"))))
+
     def _add_series(self, r: Record, key: tuple, counters: tuple[str, ...]) -> None:
-        frame = self.view.frame + 1
+        gen = self._publishes(key[0]).see(key[1], r.time_ns)
         s = self._series.get(key)
         if s is None:
-            self._series[key] = _Series(r.time_ns, r.fields, frame)
+            self._series[key] = _Series(r.time_ns, r.fields, gen)
             return
         dt = r.time_ns - s.t_ns
         prev, cur = s.values, r.fields
@@ -296,7 +378,7 @@ class Model:
                 acc = s.acc
                 for c, d in zip(counters, deltas, strict=True):
                     acc[c] = acc.get(c, 0) + d
-        s.t_ns, s.values, s.frame = r.time_ns, cur, frame
+        s.t_ns, s.values, s.gen = r.time_ns, cur, gen
 
     def _add_dist(self, base: str, labels: tuple, f: dict[str, object]) -> None:
         key = (base, labels, f.get("metric"))
@@ -330,8 +412,8 @@ class Model:
         dt_s = (t - self._frame_t) / 1e9 if self._frame_t is not None else None
         by_event: dict[str, list[tuple[tuple, _Series]]] = {}
         for key, s in list(self._series.items()):
-            if s.frame < frame - 1:
-                del self._series[key]  # gone for two frames: the device/cgroup went away
+            if self._gone(self._pubs[key[0]], s.gen, s.t_ns, t):
+                del self._series[key]  # the device/cgroup went away, or its sampler stopped
                 continue
             if s.acc_dt > 0:
                 k = 1e9 / s.acc_dt
@@ -351,19 +433,49 @@ class Model:
             nets=tuple(_net(lb, s) for lb, s in by_event.get("rezolus_network_interface", [])),
             cgroups=tuple(_cgroup(lb, s) for lb, s in by_event.get("rezolus_cgroup", [])),
             hists=_hists(self._hists),
+            samplers=self._samplers(t),
+            pressure=tuple(_pressure(lb, s) for lb, s in sorted(
+                by_event.get("rezolus_pressure", []), key=lambda x: _RESOURCES.get(x[0], 9))),
         )
         self._frame_t = t
         self._frame_records = 0
         self._dist_max = {}
         self._hists = {}
 
+    def _gone(self, pub: _Publishes, gen: int, t_ns: int, now_ns: int) -> bool:
+        """Return whether a label set last seen in publish ``gen`` at ``t_ns`` is gone at
+        data time ``now_ns``: its event published twice since without it, or the event
+        has been silent for three of its publish periods (and at least three frames)."""
+        if pub.gen - gen >= 2:
+            return True
+        period = max(pub.period_ns, self.interval_ns)
+        return bool(pub.period_ns) and now_ns - t_ns > 3 * period
+
+    def _samplers(self, t: int) -> tuple[SamplerRow, ...]:
+        """Return the samplers of the agent's latest status publish (and the one before,
+        while this one is arriving); none once the status records stopped."""
+        pub = self._pubs.get(_STATUS)
+        if pub is None:
+            return ()
+        self._status = {name: (gen, row) for name, (gen, row) in self._status.items()
+                        if not self._gone(pub, gen, pub.start_ns, t)}
+        return tuple(row for _gen, row in self._status.values())
+
 
 # --- frame builders (pure) --------------------------------------------------------------
 
 
-def _i(s: _Series, name: str) -> int:
-    v = s.values.get(name, 0)
+_STATUS = "rezolus_agent_status"
+#: PSI resources in the order the header shows them.
+_RESOURCES = {("cpu",): 0, ("memory",): 1, ("io",): 2, ("irq",): 3}
+
+
+def _int(v: object) -> int:
     return v if isinstance(v, int) else 0
+
+
+def _i(s: _Series, name: str) -> int:
+    return _int(s.values.get(name, 0))
 
 
 def _r(s: _Series, *names: str) -> float | None:
@@ -475,6 +587,17 @@ def _net(labels: tuple, s: _Series) -> NetRow:
         interface=str(labels[0]), rx_bps=_r(s, "rx_bytes"), tx_bps=_r(s, "tx_bytes"),
         rx_pps=_r(s, "rx_packets"), tx_pps=_r(s, "tx_packets"),
         errors_s=_r(s, "rx_errors", "tx_errors"), drops_s=_r(s, "rx_dropped", "tx_dropped"))
+
+
+def _pressure(labels: tuple, s: _Series) -> PressureRow:
+    """Return the frame's stall shares from the stall-time counters (us per second), or
+    the kernel's 10 s averages until two records give a rate."""
+    some, full = _r(s, "some_stall_us"), _r(s, "full_stall_us")
+    if some is None:
+        return PressureRow(str(labels[0]), _i(s, "some_avg10_ppm") / 1e6,
+                           _i(s, "full_avg10_ppm") / 1e6)
+    return PressureRow(str(labels[0]), min(some / 1e6, 1.0),
+                       min(full / 1e6, 1.0) if full is not None else None)
 
 
 def _cpus_of(ns_per_s: float | None) -> float | None:

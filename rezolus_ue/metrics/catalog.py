@@ -293,8 +293,9 @@ AGENT = Family(
                 " the enable check and the write (EBADF, benign)", dist=False),
         counter("write_errors", "records", "writes that failed for another reason",
                 dist=False),
-        counter("sampler_errors", "errors", "sampler refreshes that raised an error",
-                dist=False),
+        counter("sampler_errors", "errors", "errors of all samplers together (the sum of"
+                " rezolus_agent_sampler.errors): calls that raised, and activations that"
+                " found a sampler cannot run here", dist=False),
         gauge("samplers_active", "samplers", "samplers with at least one consumer",
               dist=False),
         gauge("samplers_unavailable", "samplers", "samplers that cannot run here",
@@ -302,17 +303,48 @@ AGENT = Family(
     ),
 )
 
+#: What a sampler is doing, as rezolus_agent_status.state and status.json name it, with
+#: the code rezolus_agent_sampler.status gives each.
+STATUS_CODES = {"idle": 0, "active": 1, "unavailable": 2, "disabled": 3, "failed": 4}
+
+#: Errors a sampler counts (rezolus_agent_sampler.errors, rezolus_agent_status.errors).
+_SAMPLER_ERRORS = ("errors since the agent started: calls that raised (sample, publish,"
+                   " activate, deactivate) and an activation that found the sampler cannot run"
+                   " here; all samplers' add up to rezolus_agent.sampler_errors")
+
 AGENT_SAMPLER = Family(
     "rezolus_agent_sampler", "agent",
-    "Each sampler's status and refresh cost.",
+    "Each sampler's status and refresh cost (rezolus_agent_status says why, in words).",
     (SAMPLER,),
     (
-        gauge("status", "enum", "0 idle (no consumer), 1 active, 2 unavailable, 3 disabled",
-              dist=False),
+        gauge("status", "enum", "0 idle (no consumer), 1 active, 2 unavailable, 3 disabled,"
+              " 4 failed (its latest call raised)", dist=False),
         counter("refreshes", "refreshes", "sample and publish calls", dist=False),
-        counter("errors", "errors", "refreshes that raised", dist=False),
+        counter("errors", "errors", _SAMPLER_ERRORS, dist=False),
         histogram("refresh_us", "us", "wall time of one refresh"),
     ),
+)
+
+#: Longest text of a reason or error, in bytes (the record holds one more, the NUL).
+STATUS_TEXT_MAX = 511
+
+SAMPLER_STATE = Label("state", char_array(12), "idle (no consumer), active (sampling), failed"
+                      " (active or activating, but its latest call raised; tried again every"
+                      " interval), unavailable (cannot run here) or disabled (in the config)")
+REASON = Label("reason", REL_STR, "why it is unavailable or disabled, or what it is doing"
+               " (e.g. how its BPF programs attach); often empty while idle or active",
+               max_len=STATUS_TEXT_MAX + 1)
+LAST_ERROR = Label("last_error", REL_STR, "its latest error, one line, kept after it"
+                   " recovers (empty: none yet); the failed state's reason",
+                   max_len=STATUS_TEXT_MAX + 1)
+
+AGENT_STATUS = Family(
+    "rezolus_agent_status", "agent",
+    "Each sampler's state and, in words, why: which samplers are failing or cannot run"
+    " here, with their errors. The agent's status.json (`rezolus-ue events`) says the same.",
+    (SAMPLER, SAMPLER_STATE, REASON, LAST_ERROR),
+    (gauge("errors", "errors", "as rezolus_agent_sampler.errors (a level here, labelled"
+           " with the state and reason): " + _SAMPLER_ERRORS, dist=False),),
 )
 
 # --- scheduler run queue (BPF) ---------------------------------------------------------
@@ -610,7 +642,7 @@ FAMILIES: tuple[Family, ...] = (
     NETWORK, TCP, UDP,
     PERF_SOFTWARE, PERF_HARDWARE,
     CGROUP_FAMILY,
-    AGENT, AGENT_SAMPLER,
+    AGENT, AGENT_SAMPLER, AGENT_STATUS,
     SCHEDULER_RUNQUEUE_LATENCY, SCHEDULER_RUNNING, SCHEDULER_OFFCPU, SCHEDULER_SWITCHES,
     SYSCALL, SYSCALL_LATENCY,
     SOFTIRQ_TIME, SOFTIRQ_DURATION, CPU_MIGRATIONS, CGROUP_SCHEDULER, CGROUP_RUNQUEUE_LATENCY,
@@ -618,6 +650,3 @@ FAMILIES: tuple[Family, ...] = (
     TCP_CONNECT_LATENCY, TCP_RETRANSMIT, TCP_TRAFFIC,
     BLOCKIO_LATENCY, BLOCKIO_SIZE, BLOCKIO_REQUESTS,
 )
-
-#: Status codes of AGENT_SAMPLER.status.
-STATUS_CODES = {"idle": 0, "active": 1, "unavailable": 2, "disabled": 3}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from ..metrics.catalog import AGENT, AGENT_SAMPLER, STATUS_CODES
+from ..metrics.catalog import AGENT, AGENT_SAMPLER, AGENT_STATUS, STATUS_CODES, STATUS_TEXT_MAX
 from ..metrics.family import sparse_histogram_records
 from ..procfs import KeptOpen
 from .base import Sampler
@@ -30,11 +30,20 @@ def fds_by_size(fd_dir: str) -> bool:
         return False
 
 
+def fit_text(text: str, limit: int = STATUS_TEXT_MAX) -> str:
+    """Return ``text`` cut to at most ``limit`` bytes of UTF-8 at a character boundary,
+    with an ellipsis where it was cut."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return data[: limit - 3].decode(errors="ignore") + "…"
+
+
 class AgentSelf(Sampler):
     """The agent's CPU time, RSS, fds, records written, EBADF races and sampler costs."""
 
     name = "agent"
-    families = (AGENT, AGENT_SAMPLER)
+    families = (AGENT, AGENT_SAMPLER, AGENT_STATUS)
     oversample = False
 
     def start(self) -> None:
@@ -59,19 +68,26 @@ class AgentSelf(Sampler):
                 fds, threads, s["events_written"], s["ebadf_races"], s["write_errors"],
                 s["sampler_errors"], s["samplers_active"], s["samplers_unavailable"],
             ))
+        states = self.ctx.sampler_states()
         h = self.handles[AGENT_SAMPLER.schema.name]
         schema = AGENT_SAMPLER.schema
         enabled = bool(h.word.value)
         pack, write = schema.pack, h.write
-        for st in self.ctx.sampler_states():
+        for st in states:
             # Close every interval even when unwatched, so the first record after a
             # consumer arrives covers one interval, not the agent's whole life.
             index, count = st.cost_us.interval_sparse()  # type: ignore[attr-defined]
             if not enabled:
                 continue
-            scalars = (STATUS_CODES[st.status], st.refreshes, st.errors)  # type: ignore[attr-defined]
+            scalars = (STATUS_CODES[st.state], st.refreshes, st.errors)  # type: ignore[attr-defined]
             for rec in sparse_histogram_records(schema, (st.name,), scalars, index, count):  # type: ignore[attr-defined]
                 write(pack(*rec))
+        h = self.handles[AGENT_STATUS.schema.name]
+        if h.word.value:
+            pack = AGENT_STATUS.schema.pack
+            for st in states:
+                h.write(pack(st.name, st.state, fit_text(st.reason),  # type: ignore[attr-defined]
+                             fit_text(st.last_error), st.errors))  # type: ignore[attr-defined]
 
     def close(self) -> None:
         self._statm.close()

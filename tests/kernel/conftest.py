@@ -45,13 +45,29 @@ def instance(tracefs: Tracefs) -> Iterator[str]:
     tracefs.remove_instance(name)
 
 
-def wait_for(cond: Callable[[], object], timeout: float = 10.0, step: float = 0.02) -> object:
-    """Return cond()'s first truthy value, polling; raise AssertionError on timeout."""
+def wait_for(cond: Callable[[], object], timeout: float = 10.0, step: float = 0.02, *,
+             what: str = "", seen: Callable[[], object] | None = None) -> object:
+    """Return cond()'s first truthy value, polling; on timeout raise AssertionError saying
+    what was awaited (``what``, else cond's name) and what was seen last (``seen()``, else
+    cond's last value).
+
+    Deadlines are far above what a normal run needs: they end a hung test, they do not
+    measure speed (the VM's CPU is emulated, and CI machines are shared).
+    """
     deadline = time.monotonic() + timeout
     while True:
         v = cond()
         if v:
             return v
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {cond}")
+            try:
+                last = seen() if seen is not None else v
+            except Exception as e:  # the report must not hide the timeout
+                last = f"<seen() raised {e!r}>"
+            text = repr(last)
+            if len(text) > 2000:
+                text = text[:1000] + " ... " + text[-1000:]
+            raise AssertionError(f"timed out after {timeout}s waiting for"
+                                 f" {what or getattr(cond, '__name__', cond)}; last seen:"
+                                 f" {text}")
         time.sleep(step)

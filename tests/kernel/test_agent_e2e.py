@@ -33,11 +33,18 @@ ROOT = Path(__file__).resolve().parents[2]
 class AgentProcess:
     """A running `rezolus-ue run` with its stderr captured to a file."""
 
-    def __init__(self, *args: str, prefix: tuple[str, ...] = ()) -> None:
-        """Run ``rezolus-ue run ARGS`` (under ``prefix``, e.g. setpriv and its options)."""
+    def __init__(self, *args: str, prefix: tuple[str, ...] = (),
+                 command: tuple[str, ...] | None = None) -> None:
+        """Run ``rezolus-ue run ARGS`` (under ``prefix``, e.g. setpriv and its options).
+
+        ``command``: the CLI to run with ARGS as they are (e.g. the installed
+        ``.venv/bin/rezolus-ue``); default ``python -m rezolus_ue run``.
+        """
         self.log = tempfile.NamedTemporaryFile("w+", prefix="agent-", suffix=".log")  # noqa: SIM115
+        argv = [*command, *args] if command else [sys.executable, "-m", "rezolus_ue", "run",
+                                                  *args]
         self.proc = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "rezolus_ue", "run", *args],
+            [*prefix, *argv],
             cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
 

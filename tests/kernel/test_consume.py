@@ -116,61 +116,28 @@ def _waiting(p: subprocess.Popen) -> bool:
     return bool(r)
 
 
-class Tmux:
-    """A detached 100x30 tmux session running a shell command; read as its rendered screen."""
-
-    def __init__(self, name: str, command: str) -> None:
-        import os
-        import shutil
-
-        tmux = shutil.which("tmux")
-        if tmux is None:
-            pytest.skip("tmux is not installed (scripts/setup.sh --dev installs it)")
-        self.tmux, self.sess = tmux, f"{name}_{os.getpid()}"
-        self.env = {**os.environ, "TERM": "xterm-256color"}
-        self("new-session", "-d", "-s", self.sess, "-x", "100", "-y", "30", command)
-
-    def __call__(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([self.tmux, *args], capture_output=True, text=True,
-                              env=self.env, timeout=60)
-
-    def screen(self) -> str:
-        return self("capture-pane", "-p", "-t", self.sess).stdout
-
-    def keys(self, key: str) -> None:
-        self("send-keys", "-t", self.sess, key)
-
-    def alive(self) -> bool:
-        return self("has-session", "-t", self.sess).returncode == 0
-
-    def close(self) -> None:
-        self("kill-session", "-t", self.sess)
-
-
 def test_top_in_tmux_with_a_live_agent(tracefs):
     """The full-screen UI end to end: agent running, keys sent, screen captured."""
+    from .tmux import tmux_session
+
     agent = AgentProcess("--interval", "500ms")
-    tm = None
     try:
         agent.wait_registered(tracefs)
-        tm = Tmux("rezolus_top", f"cd {ROOT} && {sys.executable} -m rezolus_ue top"
-                  " --interval 1s")
-        screen = tm.screen
-        # A frame with data: the agent's pid in the header, memory and CPU rows.
-        wait_for(lambda: f"agent {agent.proc.pid}" in screen() and "Mem" in screen(),
-                 timeout=120, step=0.5)
-        text = screen()
-        assert "q quit" in text and "lost 0" in text, text
-        tm.keys("h")
-        wait_for(lambda: "Keys and panels" in screen(), timeout=30, step=0.2)
-        tm.keys("h")
-        tm.keys("p")
-        wait_for(lambda: "PAUSED" in screen(), timeout=30, step=0.2)
-        tm.keys("q")
-        # q ends top, which ends the tmux session.
-        wait_for(lambda: not tm.alive(), timeout=30, step=0.2)
+        with tmux_session(f"cd {ROOT} && {sys.executable} -m rezolus_ue top --interval 1s",
+                          100, 30) as t:
+            # A frame with data: the agent's pid in the header, memory and CPU rows.
+            wait_for(lambda: f"agent {agent.proc.pid}" in t.screen() and "Mem" in t.screen(),
+                     timeout=120, step=0.5)
+            text = t.screen()
+            assert "q quit" in text and "lost 0" in text, text
+            t.keys("h")
+            wait_for(lambda: "Keys and panels" in t.screen(), timeout=30, step=0.2)
+            t.keys("h")
+            t.keys("p")
+            wait_for(lambda: "PAUSED" in t.screen(), timeout=30, step=0.2)
+            t.keys("q")
+            # q ends top, which ends the tmux session.
+            wait_for(t.ended, timeout=30, step=0.2)
     finally:
-        if tm is not None:
-            tm.close()
         agent.stop()
         agent.log.close()

@@ -28,6 +28,8 @@ def _ours(tracefs) -> list[str]:
 
 
 def test_kill9_leaves_nothing_behind(tracefs, instance, tmp_path):
+    left = _ours(tracefs)
+    assert not left, f"events of ours registered before the first kill (an earlier test's): {left}"
     names = program_names()
     if not names:
         pytest.skip("BPF objects not built")
@@ -61,8 +63,11 @@ def test_kill9_leaves_nothing_behind(tracefs, instance, tmp_path):
         if consumer:
             tracefs.disable(G, SCHEDULER_RUNQUEUE_LATENCY.event, instance=instance)
         t1 = time.monotonic()
-        wait_for(lambda: not _ours(tracefs), timeout=30)
-        wait_for(lambda: ours_in_kernel(names) == ([], []), timeout=30)
+        wait_for(lambda: not _ours(tracefs), timeout=30, seen=lambda: _ours(tracefs),
+                 what=f"cycle {cycle}: our events to go with the killed agent")
+        wait_for(lambda: ours_in_kernel(names) == ([], []), timeout=30,
+                 seen=lambda: ours_in_kernel(names),
+                 what=f"cycle {cycle}: our BPF programs and links to go")
         waits.append(time.monotonic() - t1)
     started.sort()
     waits.sort()

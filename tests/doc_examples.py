@@ -1,0 +1,395 @@
+"""Every command and example a reader meets in README.md, docs/*.md and the man pages.
+
+What a newcomer copies from the docs must work and print what the docs say. This module
+finds every example there, and ``EXERCISED`` says, for each one, which test runs it (and,
+when a test cannot run it exactly as written, what it runs instead and why) or why no test
+can. tests/test_doc_examples.py fails when an example has no entry (or an entry no
+example), so a new example cannot land untested; tests/kernel/test_doc_examples.py runs
+the entries against a real agent in the VM and checks what the docs claim they print.
+
+Where examples are found:
+
+* Markdown ``console`` blocks: lines starting with ``$ `` are commands; the lines after
+  one, up to the next ``$ ``, are what the docs claim it prints (checked by
+  ``claim_pattern``). ``sh`` blocks: every line is a command, with no output claim.
+* Markdown ``python``, ``sql``, ``toml``, ``yaml``, ``promql`` and ``ini`` blocks: each
+  block is one example, named by its kind and first line.
+* Man pages: every ``.EX``/``.EE`` block; one whose first line is a TOML table header
+  is a configuration example, one that starts with ``rezolus-ue:`` a message the program
+  prints, else each line is a command.
+
+A trailing ``# comment`` is not part of a command; a line ending in ``\\`` continues.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The files a reader follows. docs/events.md and docs/samplers.md are generated
+#: references without examples; docs/PERFORMANCE.md holds benchmark output only.
+SOURCES = ("README.md", "docs/recording.md", "docs/prometheus.md", "docs/security.md",
+           "docs/events.md", "docs/samplers.md", "docs/PERFORMANCE.md",
+           "man/rezolus-ue.8", "man/rezolus-ue.toml.5")
+SHELL_LANGS = ("console", "sh")
+BLOCK_LANGS = ("python", "sql", "toml", "yaml", "promql", "ini")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One command or example block, where it is and what the docs say it prints."""
+
+    source: str          # path relative to the checkout
+    line: int            # 1-based line of the command or of the block's first line
+    kind: str            # "command", or the block's language
+    text: str            # the command (prompt, comment and escapes removed) or block
+    claims: tuple[str, ...] = ()   # output lines the docs show for a command
+
+    @property
+    def key(self) -> str:
+        """Return the name ``EXERCISED`` knows this example by."""
+        if self.kind == "command":
+            return self.text
+        first = next(ln for ln in self.text.splitlines() if ln.strip())
+        return f"{self.kind}: {first.strip()}"
+
+
+def strip_comment(line: str) -> str:
+    """Return ``line`` without a trailing unquoted ``# comment``."""
+    quote = ""
+    for i, ch in enumerate(line):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip()
+    return line.rstrip()
+
+
+def _join_continuations(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    out: list[tuple[int, str]] = []
+    pending: tuple[int, str] | None = None
+    for n, text in lines:
+        if pending is not None:
+            n, text = pending[0], pending[1] + " " + text.strip()
+            pending = None
+        if text.rstrip().endswith("\\"):
+            pending = (n, text.rstrip()[:-1].rstrip())
+            continue
+        out.append((n, text))
+    if pending is not None:
+        out.append(pending)
+    return out
+
+
+def _normalise(cmd: str) -> str:
+    return " ".join(cmd.split())
+
+
+def _console(source: str, body: list[tuple[int, str]]) -> list[Example]:
+    out: list[Example] = []
+    cur: tuple[int, str] | None = None
+    claims: list[str] = []
+    for n, text in body:
+        if text.startswith("$ "):
+            if cur is not None:
+                out.append(Example(source, cur[0], "command", cur[1], tuple(claims)))
+            cur, claims = (n, _normalise(strip_comment(text[2:]))), []
+        elif cur is not None and text.strip():
+            claims.append(text.rstrip())
+    if cur is not None:
+        out.append(Example(source, cur[0], "command", cur[1], tuple(claims)))
+    return out
+
+
+def _shell(source: str, body: list[tuple[int, str]]) -> list[Example]:
+    out = []
+    for n, text in _join_continuations(body):
+        cmd = _normalise(strip_comment(text))
+        if cmd:
+            out.append(Example(source, n, "command", cmd))
+    return out
+
+
+def markdown_examples(source: str, text: str) -> list[Example]:
+    """Return the examples of a Markdown file's fenced blocks."""
+    out: list[Example] = []
+    lang, start, body = None, 0, []
+    for n, line in enumerate(text.splitlines(), 1):
+        if lang is None:
+            m = re.match(r"^```(\w*)\s*$", line)
+            if m:
+                lang, start, body = m.group(1), n, []
+            continue
+        if line.startswith("```"):
+            if lang == "console":
+                out += _console(source, body)
+            elif lang == "sh":
+                out += _shell(source, body)
+            elif lang in BLOCK_LANGS:
+                out.append(Example(source, start + 1, lang, "\n".join(t for _, t in body)))
+            lang = None
+            continue
+        body.append((n, line))
+    return out
+
+
+_ROFF = [("\\(aq", "'"), ("\\(dq", '"'), ("\\-", "-"), ("\\%", ""), ("\\&", ""),
+         ("\\e", "\\")]
+
+
+def unroff(line: str) -> str:
+    """Return a man page ``.EX`` line as the reader sees it."""
+    for esc, plain in _ROFF:
+        line = line.replace(esc, plain)
+    return line
+
+
+#: Man page .EX blocks that are not commands: (kind, how their first line starts).
+_MAN_BLOCKS = (("toml", "["), ("message", "rezolus-ue: "))
+
+
+def man_examples(source: str, text: str) -> list[Example]:
+    """Return the examples of a man page's ``.EX``/``.EE`` blocks."""
+    out: list[Example] = []
+    body: list[tuple[int, str]] | None = None
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.startswith(".EX"):
+            body = []
+        elif line.startswith(".EE") and body is not None:
+            lines = [(k, unroff(t)) for k, t in body]
+            kind = next((k for k, head in _MAN_BLOCKS if lines and
+                         lines[0][1].startswith(head)), None)
+            if kind:
+                out.append(Example(source, lines[0][0], kind, "\n".join(t for _, t in lines)))
+            else:
+                out += _shell(source, lines)
+            body = None
+        elif body is not None:
+            body.append((n, line))
+    return out
+
+
+def examples(root: Path = ROOT) -> list[Example]:
+    """Return every example of ``SOURCES``, in reading order."""
+    out: list[Example] = []
+    for rel in SOURCES:
+        text = (root / rel).read_text()
+        out += man_examples(rel, text) if rel.startswith("man/") else markdown_examples(rel, text)
+    return out
+
+
+def claim_pattern(claim: str) -> re.Pattern[str]:
+    """Return the regex an output line must match to be what ``claim`` shows.
+
+    Numbers in a claim are examples (any number matches), ``...`` stands for anything,
+    and runs of blanks for any blanks; everything else must be there as written.
+    """
+    parts = []
+    for i, chunk in enumerate(claim.strip().split("...")):
+        if i:
+            parts.append(".*")
+        for tok in re.split(r"(0x[0-9a-f]+|\d+|\s+)", chunk):
+            if not tok:
+                continue
+            if tok.startswith("0x"):
+                parts.append("0x[0-9a-f]+")
+            elif tok.isdigit():
+                parts.append(r"\d+")
+            elif tok.isspace():
+                parts.append(r"\s+")
+            else:
+                parts.append(re.escape(tok))
+    return re.compile(r"\s*" + "".join(parts) + r"\s*")
+
+
+#: Claim lines that show the reader's terminal, not the program's output.
+NOT_OUTPUT = ("...", "^C")
+
+
+def unmatched_claims(claims: tuple[str, ...], output: str) -> list[str]:
+    """Return the claims no line of ``output`` matches (a bare ``...`` claims nothing)."""
+    lines = output.splitlines()
+    return [c for c in claims if c.strip() not in NOT_OUTPUT
+            and not any(claim_pattern(c).fullmatch(ln) for ln in lines)]
+
+
+@dataclass(frozen=True)
+class Ran:
+    """The example is run by ``test`` (a pytest node id). ``as_run``: what the test runs
+    instead of the text as written, and ``why``, when it cannot run it verbatim."""
+
+    test: str
+    as_run: str = ""
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class NotRun:
+    """No test can run the example here; ``why`` says why (and what covers it instead)."""
+
+    why: str
+
+
+K = "tests/kernel/test_doc_examples.py::"
+U = "tests/test_doc_examples.py::"
+NO_SYSTEMD = ("needs systemd as PID 1, which the test VM (virtme-ng) does not boot;"
+              " tests/test_service_cmd.py verifies the units with systemd-analyze")
+NO_FLEET = "needs a Prometheus server scraping a fleet of hosts"
+NO_QUERY = (NO_FLEET + "; the metric names it uses are checked by"
+            " tests/test_doc_examples.py::test_promql_names_exist")
+UNTIL_STOPPED = "it runs until stopped: the test stops it with SIGTERM once it has published"
+SHORTER = "the same command with a shorter duration, so the test ends"
+
+#: Every example of the docs -> how it is exercised. Keys are ``Example.key``.
+EXERCISED: dict[str, Ran | NotRun] = {
+    # README.md: the two set-up commands.
+    "./scripts/setup.sh && rezolus-ue run": Ran(
+        K + "test_readme_tour", as_run="rezolus-ue run",
+        why="CI runs scripts/test.sh, which runs scripts/setup.sh first; the VM shares"
+        " that installation, so the test starts the agent the same way"),
+    "./scripts/test.sh": NotRun("it is the test run itself: .ci/run runs it under env -i"),
+    # README.md: quick tour.
+    "sudo rezolus-ue check": Ran(K + "test_readme_tour"),
+    "sudo rezolus-ue run &": Ran(K + "test_readme_tour"),
+    "sudo rezolus-ue events": Ran(K + "test_readme_tour"),
+    "sudo rezolus-ue top": Ran(K + "test_top_in_tmux", as_run="the same, in tmux, then q",
+                               why="a full-screen program needs a terminal"),
+    "sudo rezolus-ue record run.rzr --duration 10m": Ran(
+        K + "test_recording", as_run="sudo rezolus-ue record run.rzr --duration 10s",
+        why=SHORTER),
+    "rezolus-ue tail --from run.rzr": Ran(K + "test_recording"),
+    "sudo perf record -e 'user_events:rezolus_*' -a -- sleep 3 && sudo perf script": Ran(
+        K + "test_readme_tour"),
+    "sudo rezolus-ue tail rezolus_cpu_usage": Ran(
+        K + "test_readme_tour", as_run="sudo rezolus-ue tail rezolus_cpu_usage --count 4",
+        why="tail runs until interrupted"),
+    "sudo rezolus-ue tail rezolus_memory --format json | jq .available_bytes": Ran(
+        K + "test_readme_tour",
+        as_run="sudo rezolus-ue tail rezolus_memory --count 2 --format json"
+        " | jq .available_bytes", why="tail runs until interrupted"),
+    "sudo mkdir /sys/kernel/tracing/instances/mine": Ran(K + "test_ftrace_instance"),
+    "echo 1 | sudo tee /sys/kernel/tracing/instances/mine/events/user_events/"
+    "rezolus_cpu_usage/enable": Ran(K + "test_ftrace_instance"),
+    "sudo cat /sys/kernel/tracing/instances/mine/trace_pipe": Ran(
+        K + "test_ftrace_instance", as_run="the same under timeout 60, through head -n 2",
+        why="trace_pipe is read until interrupted"),
+    "echo 0 | sudo tee /sys/kernel/tracing/instances/mine/events/user_events/"
+    "rezolus_cpu_usage/enable": Ran(K + "test_ftrace_instance"),
+    "sudo rmdir /sys/kernel/tracing/instances/mine": Ran(K + "test_ftrace_instance"),
+    "sudo trace-cmd record -e user_events:rezolus_cpu_usage sleep 5": Ran(K + "test_trace_cmd"),
+    "sudo trace-cmd report": Ran(K + "test_trace_cmd"),
+    "sudo bpftrace -e 'tracepoint:user_events:rezolus_cpu_usage { @records = count(); }'": Ran(
+        K + "test_bpftrace_sees_no_record",
+        as_run="the same with an interval:s:5 { exit(); } probe",
+        why="bpftrace runs until interrupted"),
+    "sudo rezolus-ue run -c bad.toml": Ran(K + "test_readme_tour"),
+    "sudo git clone . /opt/rezolus-ue && cd /opt/rezolus-ue": NotRun(
+        "installs into this machine's /opt; the checkout CI tests is such a clone"),
+    "sudo ./scripts/setup.sh": NotRun("CI runs it (scripts/test.sh starts with it)"),
+    "sudo .venv/bin/rezolus-ue install-service": Ran(
+        U + "test_install_service_as_the_readme_says", as_run="the same with --root TMPDIR",
+        why="it writes /etc and /usr/local of this machine"),
+    "sudo systemctl daemon-reload": NotRun(NO_SYSTEMD),
+    "sudo systemctl enable --now rezolus-ue.service rezolus-ue-exporter.service": NotRun(
+        NO_SYSTEMD),
+    ".venv/bin/python bench/publish.py": NotRun(
+        "a benchmark (minutes, figures only); tests/test_bench_smoke.py runs its parts"),
+    ".venv/bin/python bench/publish.py --vm ../shared/vmkernel/bzImage": NotRun(
+        "a benchmark booting its own VM; tests/test_bench_smoke.py runs its parts"),
+    ".venv/bin/python bench/collect.py": NotRun(
+        "a benchmark (minutes, figures only); tests/test_bench_smoke.py runs its parts"),
+    # docs/recording.md
+    "sudo rezolus-ue record cpu.rzr 'rezolus_cpu*'": Ran(
+        K + "test_recording", as_run="the same with --duration 5s", why="it records until"
+        " interrupted"),
+    "sudo rezolus-ue record --format parquet run/": Ran(
+        K + "test_recording", as_run="the same with --duration 5s", why="it records until"
+        " interrupted"),
+    "rezolus-ue dump --from run.rzr --format parquet run/": Ran(K + "test_recording"),
+    "sudo rezolus-ue record --ring /var/lib/rezolus-ue/ring --max-size 1G --max-age 1h": Ran(
+        K + "test_flight_recorder", as_run="the same in the background, stopped at the end",
+        why="it records until interrupted"),
+    "sudo rezolus-ue dump incident.rzr": Ran(K + "test_flight_recorder"),
+    "sudo rezolus-ue dump --last 5m last5.rzr": Ran(K + "test_flight_recorder"),
+    "sudo rezolus-ue dump --format parquet incident/": Ran(K + "test_flight_recorder"),
+    "sudo kill -USR1 $(cat /var/lib/rezolus-ue/ring/recorder.pid)": Ran(
+        K + "test_flight_recorder"),
+    "python: from rezolus_ue.consume.recfile import read_meta, read_records": Ran(
+        K + "test_recording"),
+    "python: from rezolus_ue.consume.recfile import to_pandas": Ran(K + "test_recording"),
+    "python: import duckdb": Ran(K + "test_recording"),
+    "python: import json": Ran("tests/test_recorder.py::"
+                               "test_docs_standalone_reader_reads_what_we_write"),
+    "sql: SELECT cpu, max(user_ns) - min(user_ns) AS user_ns": Ran(K + "test_recording"),
+    # docs/prometheus.md
+    "sudo rezolus-ue exporter &": Ran(K + "test_exporter"),
+    "curl -s http://127.0.0.1:9745/metrics | grep -A3 'TYPE rezolus_cpu_usage_user'": Ran(
+        K + "test_exporter"),
+    # Run as written, as its own process (test_exporter stops it when it has served).
+    "sudo rezolus-ue exporter --listen 0.0.0.0:9745": Ran(K + "test_exporter"),
+    "yaml: # /etc/prometheus/prometheus.yml": NotRun(NO_FLEET),
+    "yaml: scrape_configs:": NotRun(NO_FLEET),
+    "yaml: # /etc/prometheus/targets/rezolus-web.yml": NotRun(NO_FLEET),
+    "promql: 1 - avg by (instance) (": NotRun(NO_QUERY),
+    "promql: max by (instance) (max_over_time(rezolus_cpu_usage_busy_ratio_dist{quantile=\"1\"}"
+    "[1m]))": NotRun(NO_QUERY),
+    "promql: quantile(0.99, max by (instance) (rezolus_cpu_usage_busy_ratio_dist"
+    "{quantile=\"0.99\"}))": NotRun(NO_QUERY),
+    "promql: sum by (instance) (rate(rezolus_network_interface_rx_bytes_total"
+    "{interface!=\"lo\"}[1m]))": NotRun(NO_QUERY),
+    "promql: max by (instance, interface) (rezolus_network_interface_rx_bytes_per_second"
+    "{quantile=\"1\"})": NotRun(NO_QUERY),
+    "promql: rate(rezolus_blockio_device_busy_seconds_total[1m])": NotRun(NO_QUERY),
+    "promql: rezolus_scheduler_runqueue_latency_seconds{quantile=\"0.99\"}": NotRun(NO_QUERY),
+    "promql: rezolus_agent_status_errors{state=~\"failed|unavailable\"}": NotRun(NO_QUERY),
+    "promql: rate(rezolus_agent_cpu_user_seconds_total[5m]) + rate(rezolus_agent_cpu_system"
+    "_seconds_total[5m])": NotRun(NO_QUERY),
+    # docs/security.md
+    "sudo rezolus-ue run": Ran(K + "test_agent_variants"),
+    "ini: [Service]": NotRun(NO_SYSTEMD),
+    # man/rezolus-ue.8
+    "cat /sys/kernel/tracing/events/user_events/rezolus_cpu_usage/format": Ran(
+        K + "test_man_page_consuming"),
+    "perf record -e 'user_events:rezolus_*' -a -- sleep 3 && perf script": Ran(
+        K + "test_man_page_consuming"),
+    "cd /sys/kernel/tracing": Ran(K + "test_man_page_consuming"),
+    "echo 1 > events/user_events/rezolus_cpu_usage/enable": Ran(K + "test_man_page_consuming"),
+    "cat trace_pipe": Ran(K + "test_man_page_consuming",
+                          as_run="the same under timeout 60, through head -n 2",
+                          why="trace_pipe is read until interrupted"),
+    "echo 0 > events/user_events/rezolus_cpu_usage/enable": Ran(K + "test_man_page_consuming"),
+    "mkdir instances/rezolus": Ran(K + "test_man_page_consuming"),
+    "echo 1 > instances/rezolus/events/user_events/rezolus_cpu_usage/enable": Ran(
+        K + "test_man_page_consuming"),
+    "cat instances/rezolus/trace_pipe": Ran(
+        K + "test_man_page_consuming", as_run="the same under timeout 60, through head -n 2",
+        why="trace_pipe is read until interrupted"),
+    "rmdir instances/rezolus": Ran(K + "test_man_page_consuming"),
+    "trace-cmd record -e user_events:rezolus_cpu_usage sleep 5": Ran(K + "test_trace_cmd"),
+    "trace-cmd report": Ran(K + "test_trace_cmd"),
+    "chgrp tracing /sys/kernel/tracing/user_events_data": Ran(K + "test_tracing_group"),
+    "chmod g+rw /sys/kernel/tracing/user_events_data": Ran(K + "test_tracing_group"),
+    "chgrp tracing /sys/kernel/tracing": Ran(K + "test_tracing_group"),
+    "chmod g+rx /sys/kernel/tracing": Ran(K + "test_tracing_group"),
+    "mount -o remount,gid=tracing /sys/kernel/tracing": Ran(K + "test_tracing_group"),
+    ".venv/bin/python -m rezolus_ue.bpf.build": Ran(U + "test_bpf_build_command"),
+    "echo '!u:rezolus_cpu_usage' >> /sys/kernel/tracing/dynamic_events": Ran(
+        K + "test_agent_variants"),
+    "sudo rezolus-ue run --config /etc/rezolus-ue/config.toml -i 100ms": Ran(
+        K + "test_agent_variants", as_run="the same in the background", why=UNTIL_STOPPED),
+    "toml: [agent]": Ran(U + "test_config_examples_validate"),
+    "message: rezolus-ue: error: /etc/rezolus-ue/config.toml:2: [agent]": Ran(
+        U + "test_config_error_message", as_run="sudo rezolus-ue run -c FILE",
+        why="FILE is a temporary file with the same line 2"),
+    "sudo rezolus-ue run -s 20ms": Ran(K + "test_agent_variants",
+                                       as_run="the same in the background", why=UNTIL_STOPPED),
+    "sudo perf record -e user_events:rezolus_cpu_usage_dist -a -- sleep 10": Ran(
+        K + "test_agent_variants"),
+    "sudo perf script": Ran(K + "test_agent_variants"),
+    "sudo perf record -e 'user_events:rezolus_*' -a -- sleep 3": Ran(K + "test_agent_variants"),
+    "sudo rezolus-ue top --once > top.txt": Ran(K + "test_top_in_tmux"),
+}

@@ -1,0 +1,304 @@
+"""The product as users get it: the installed CLI, the shipped default config, the
+privileges users run it with, checked by real perf and by our own consumers at once.
+
+Users run the agent two ways, and each is tested here:
+
+* ``sudo rezolus-ue run``: root, which drops to CAP_BPF + CAP_PERFMON after start-up;
+* the systemd unit: its ``ExecStart=`` (``run --user ...``) under its
+  ``CapabilityBoundingSet=``, ``NoNewPrivileges=yes``, nothing inheritable or ambient.
+  virtme-ng's init is not systemd, so setpriv(1) reproduces the unit from the unit file
+  itself (one source for the set), as ``nobody`` (the unit's own user is made by
+  install-service).
+
+While the agent runs, ``perf record -e 'user_events:rezolus_*' -a`` (which enables every
+event, so every BPF sampler attaches), ``rezolus-ue tail``, ``rezolus-ue exporter`` and
+``rezolus-ue top`` (in tmux) all consume at once. Once every available sampler is active
+and three more publish intervals have passed, each consumer must have seen every event of
+every available sampler, the agent must report no sampler or write error, and every
+sampler it reports unavailable must say which kernel feature is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import unit, words
+from test_bpf_blockio_requests import direct_io, loop_device
+
+from rezolus_ue import privilege
+from rezolus_ue.agent import read_status
+from rezolus_ue.samplers import REGISTRY
+from rezolus_ue.schema import AGENT
+
+from .conftest import wait_for
+from .test_agent_e2e import UNIT, AgentProcess, proc_status
+from .test_blockio_requests import GOOD_OFFSET, null_blk
+
+pytestmark = pytest.mark.kernel
+ROOT = Path(__file__).resolve().parents[2]
+#: What scripts/setup.sh installs: the CLI users run.
+CLI = Path(sys.executable).parent / "rezolus-ue"
+#: The shipped default configuration (generated from the samplers' declarations).
+CONFIG = ROOT / "configs" / "default.toml"
+#: Publish intervals every consumer must see after every available sampler is active.
+INTERVALS = 3
+#: Words by which an unavailable sampler's reason names what this kernel lacks.
+MISSING = re.compile(r"CONFIG_|needs|no |not |missing|lacks|unsupported|without", re.I)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Consumers:
+    """perf record, tail, exporter and top, started together against the running agent."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.perf_data = tmp / "perf.data"
+        self.tail_out = tmp / "tail.jsonl"
+        self.port = _free_port()
+        self.tmux = shutil.which("tmux")
+        self.session = f"rezolus_shipped_{os.getpid()}"
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.logs: dict[str, Path] = {}
+
+    def _start(self, name: str, argv: list[str], stdout: Path | None = None) -> None:
+        log = self.tmp / f"{name}.err"
+        self.logs[name] = log
+        self.procs[name] = subprocess.Popen(
+            argv, cwd=ROOT, stdin=subprocess.DEVNULL,
+            stdout=open(stdout or os.devnull, "w"),  # noqa: SIM115 - closed with the process
+            stderr=open(log, "w"))  # noqa: SIM115
+
+    def start(self) -> None:
+        perf = shutil.which("perf")
+        assert perf, "perf is not installed: scripts/setup.sh installs it"
+        assert self.tmux, "tmux is not installed: scripts/setup.sh --dev installs it"
+        self._start("perf", [perf, "record", "-q", "-e", "user_events:rezolus_*", "-a",
+                             "-o", str(self.perf_data), "--", "sleep", "100000"])
+        self._start("tail", [str(CLI), "tail", "--format", "json"], stdout=self.tail_out)
+        self._start("exporter", [str(CLI), "exporter", "--listen",
+                                 f"127.0.0.1:{self.port}"])
+        self.tm("new-session", "-d", "-s", self.session, "-x", "200", "-y", "70",
+                f"cd {ROOT} && {CLI} top")
+
+    def tm(self, *args: str) -> subprocess.CompletedProcess:
+        assert self.tmux is not None
+        return subprocess.run([self.tmux, *args], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, "TERM": "xterm-256color"})
+
+    def screen(self) -> str:
+        return self.tm("capture-pane", "-p", "-t", self.session).stdout
+
+    def scrape(self) -> str:
+        url = f"http://127.0.0.1:{self.port}/metrics"
+        with urllib.request.urlopen(url, timeout=60) as r:
+            return r.read().decode()
+
+    def tail_records(self) -> list[dict]:
+        out = []
+        for line in self.tail_out.read_text().splitlines():
+            with contextlib.suppress(ValueError):  # the line being written
+                out.append(json.loads(line))
+        return out
+
+    def errors(self, name: str) -> str:
+        return self.logs[name].read_text(errors="replace")
+
+    def stop(self) -> dict[str, int]:
+        """Stop each as a user would (Ctrl-C; q for top); return their exit statuses."""
+        codes = {}
+        if self.tmux is not None:
+            self.tm("send-keys", "-t", self.session, "q")
+            try:
+                wait_for(lambda: self.tm("has-session", "-t", self.session).returncode,
+                         timeout=60, step=0.2)
+            finally:
+                self.tm("kill-session", "-t", self.session)
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        for name, p in self.procs.items():
+            try:
+                codes[name] = p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                codes[name] = p.wait()
+        return codes
+
+
+@contextlib.contextmanager
+def block_io() -> Iterator[None]:
+    """O_DIRECT reads and writes on a scratch device all through the block: the VM's root
+    is 9p, so without it no block request is made, and the block request families
+    (labelled by operation, published for operations seen) would have nothing to say."""
+    with contextlib.ExitStack() as stack:
+        dev = stack.enter_context(null_blk()) or stack.enter_context(loop_device())
+        stop = threading.Event()
+
+        def load() -> None:
+            while not stop.is_set():
+                direct_io(dev, 4, write=True, offset=GOOD_OFFSET)
+                direct_io(dev, 4, write=False, offset=GOOD_OFFSET)
+                stop.wait(0.2)
+
+        t = threading.Thread(target=load, name="block-io", daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            t.join(timeout=60)
+
+
+def _settled(agent: AgentProcess) -> dict | None:
+    """Return the agent's status once every sampler that can run is active and loaded."""
+    if agent.proc.poll() is not None:
+        raise AssertionError(f"agent exited {agent.proc.returncode}: {agent.output()}")
+    st = read_status()
+    if not st or st.get("pid") != agent.proc.pid:
+        return None
+    samplers = st["samplers"]
+    # An active BPF sampler whose programs are still loading says "loading: ..."
+    # (BpfSampler.detail); an unavailable one may say "loading x.bpf.o: why".
+    busy = {n: s for n, s in samplers.items()
+            if s["status"] not in ("active", "unavailable", "disabled")
+            or (s["status"] == "active" and (s.get("reason") or "").startswith("loading:"))}
+    return None if busy else st
+
+
+def _agent_records(c: Consumers) -> int:
+    return sum(1 for r in c.tail_records() if r.get("event") == AGENT.name)
+
+
+def _perf_lines(text: str) -> dict[str, list[str]]:
+    by_event: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        m = re.search(r"user_events:(rezolus_\w+):", line)
+        if m:
+            by_event.setdefault(m.group(1), []).append(line)
+    return by_event
+
+
+def _field(line: str, name: str) -> int:
+    m = re.search(rf"\b{name}=(\d+)", line)
+    assert m, f"no {name} in {line!r}"
+    return int(m.group(1))
+
+
+@pytest.fixture(params=["sudo", "unit"])
+def shipped_agent(request, tracefs) -> Iterator[tuple[str, AgentProcess]]:
+    """The installed CLI with the shipped config, run as root (default drop) or as the
+    systemd unit runs it."""
+    prefix: tuple[str, ...] = ()
+    args = ["--config", str(CONFIG)]
+    if request.param == "unit":
+        setpriv = shutil.which("setpriv")
+        assert setpriv, "setpriv is missing (Debian: util-linux)"
+        settings = unit(UNIT)
+        exec_start = words(settings, "ExecStart")
+        assert exec_start[1:3] == ["run", "--user"], exec_start
+        bounding = words(settings, "CapabilityBoundingSet")
+        caps = ",".join("+" + c.removeprefix("CAP_").lower() for c in bounding)
+        prefix = (setpriv, f"--bounding-set=-all,{caps}", "--inh-caps=-all",
+                  "--ambient-caps=-all", "--no-new-privs", "--")
+        args = [*exec_start[1:3], "nobody", *exec_start[4:], *args]
+    else:
+        args = ["run", *args]
+    a = AgentProcess(*args, prefix=prefix, command=(str(CLI),))
+    try:
+        a.wait_registered(tracefs)
+        yield request.param, a
+    finally:
+        a.stop()
+        a.log.close()
+
+
+def test_every_event_reaches_every_consumer_under_the_shipped_privileges(shipped_agent):
+    how, agent = shipped_agent
+    # After the whole drop (setuid, then capset): exactly the runtime capabilities.
+    wait_for(lambda: "dropped" in agent.output(), timeout=120,
+             what="the agent to log its capability drop")
+    want = sum(1 << privilege.CAPS[c] for c in privilege.RUNTIME_CAPS)
+    held = privilege.parse_status(Path(f"/proc/{agent.proc.pid}/status").read_text())
+    assert held["CapEff"] == held["CapPrm"] == want, (how, held)
+    if how == "unit":
+        assert proc_status(agent.proc.pid)["NoNewPrivs"].strip() == "1"
+
+    c = Consumers(Path(tempfile.mkdtemp(prefix="shipped-")))
+    c.start()
+    try:
+        st = wait_for(lambda: _settled(agent), timeout=600, step=0.5,
+                      what="every available sampler to be active with its BPF loaded",
+                      seen=lambda: read_status())
+        with block_io():
+            base = _agent_records(c)
+            wait_for(lambda: _agent_records(c) >= base + INTERVALS + 1, timeout=300,
+                     what=f"{INTERVALS} more publish intervals seen by tail",
+                     seen=lambda: _agent_records(c) - base)
+        metrics = c.scrape()
+        top_screen = wait_for(lambda: (s := c.screen()) and "errors 0" in s and s,
+                              timeout=120, step=0.5, what="top to show errors 0",
+                              seen=c.screen)
+    finally:
+        codes = c.stop()
+    assert agent.stop() == 0
+    out = agent.output()
+    assert "Traceback" not in out, out
+
+    samplers = st["samplers"]
+    available = [n for n, s in samplers.items() if s["status"] == "active"]
+    unavailable = {n: s.get("reason", "") for n, s in samplers.items()
+                   if s["status"] == "unavailable"}
+    for name, reason in unavailable.items():
+        assert MISSING.search(reason or ""), f"{name} unavailable without naming why: {reason!r}"
+    expected = {e.name for n in available for e in REGISTRY[n].events()}
+
+    # perf: every event of every available sampler, decoded with named fields.
+    script = subprocess.run(["perf", "script", "-i", str(c.perf_data)], capture_output=True,
+                            text=True, timeout=600)
+    assert script.returncode == 0, script.stderr[-2000:]
+    by_event = _perf_lines(script.stdout)
+    missing = sorted(expected - set(by_event))
+    assert not missing, f"perf saw no records of {missing} ({how}); status: {samplers}"
+    from rezolus_ue.schema import by_name
+
+    schemas = by_name()
+    for event in expected:
+        line = by_event[event][-1]
+        absent = [f.name for f in schemas[event].fields if f"{f.name}=" not in line]
+        assert not absent, f"perf script shows no {absent} in {line!r}"
+    last = by_event[AGENT.name][-1]
+    assert _field(last, "sampler_errors") == 0, (last, out)
+    assert _field(last, "write_errors") == 0, (last, out)
+
+    # Our consumers saw the same events.
+    tail_events = {r["event"] for r in c.tail_records()}
+    assert not expected - tail_events, f"tail missed {sorted(expected - tail_events)}"
+    families = {e for e in expected if not e.endswith("_dist")}
+    unexported = sorted(e for e in families if not re.search(rf"(?m)^{e}_\w+", metrics))
+    assert not unexported, f"the exporter serves nothing of {unexported}"
+    assert "errors 0" in top_screen, top_screen
+    blank = [ln for ln in top_screen.splitlines() if re.search(r"\s-(?:\s|$)", ln)]
+    assert not blank, f"top rows without a value:\n{top_screen}"
+    for name, code in codes.items():
+        assert code in (0, 130, -signal.SIGINT), f"{name} exited {code}: {c.errors(name)}"
+        assert "Traceback" not in c.errors(name) and "Exception ignored" not in c.errors(
+            name), f"{name} printed:\n{c.errors(name)}"
