@@ -33,7 +33,7 @@ from rezolus_ue.user_events import UserEventsData
 
 from .conftest import wait_for
 from .test_agent_e2e import AgentProcess, without_bpf
-from .test_consume import Tmux
+from .tmux import tmux_session
 
 pytestmark = pytest.mark.kernel
 #: Generous: under the VM's emulated CPU with a CPU hog, a consumer's start-up (Python
@@ -410,11 +410,10 @@ def test_consumers_exit_quietly_while_waiting_for_the_agent(tracefs, tmp_path):
 def test_top_exits_quietly_on_a_signal(tracefs, loaded_agent, sig):
     """The full-screen view in a terminal (tmux), stopped by Ctrl-C or SIGTERM: the
     terminal is restored and nothing but the shell's own line follows."""
-    tm = Tmux(f"rezolus_top_sig{int(sig)}",
-              f"{_cli()} top --interval 1s; echo EXIT=$?; sleep 3600")
-    try:
+    with tmux_session(f"{_cli()} top --interval 1s; echo EXIT=$?; sleep 3600", 100, 30) as tm:
         wait_for(lambda: "Mem" in tm.screen(), timeout=SLOW, step=0.5)
-        shell = tm("display-message", "-p", "-t", tm.sess, "#{pane_pid}").stdout.strip()
+        shell = tm.run("display-message", "-p", "-t", tm.session,
+                       "#{pane_pid}").stdout.strip()
         (top,) = subprocess.run(["pgrep", "-P", shell], capture_output=True, text=True,
                                 timeout=60).stdout.split()
         os.kill(int(top), sig)
@@ -422,5 +421,3 @@ def test_top_exits_quietly_on_a_signal(tracefs, loaded_agent, sig):
         text = tm.screen()
         assert "EXIT=0" in text, text
         assert "Traceback" not in text and "Exception ignored" not in text, text
-    finally:
-        tm.close()
