@@ -103,6 +103,10 @@ def build_parser(lean: bool = False) -> argparse.ArgumentParser:
     )
     ev.add_argument("--commands", action="store_true",
                     help="print only the perf and ftrace commands, one per line")
+    ev.add_argument("--delete", nargs="*", metavar="NAME",
+                    help="delete the named events, or with no name every rezolus_* event"
+                    " nobody uses any more (what `persist = true` leaves after the agent"
+                    " exits); root or CAP_PERFMON")
 
     chk = sub.add_parser(
         "check", formatter_class=fmt, help="check the kernel features rezolus-ue needs",
@@ -294,8 +298,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_events(args: argparse.Namespace) -> int:
-    from .events_cmd import show_events
+    from .events_cmd import delete_events, show_events
 
+    if args.delete is not None:
+        return delete_events(args.delete)
     return show_events(commands_only=args.commands)
 
 

@@ -174,3 +174,43 @@ def show_events(commands_only: bool = False) -> int:
     con.print("field reference: docs/events.md, or the event's format file:"
               f" {root}/events/{GROUP}/<name>/format", soft_wrap=True)
     return 0
+
+
+def delete_events(names: list[str]) -> int:
+    """Delete our events the kernel keeps without a registrant (``persist = true`` keeps
+    them after the agent exits); return the exit status: 1 if one is still in use.
+
+    By name through ``DIAG_IOCSDEL``: writing ``!u:NAME`` to ``dynamic_events`` does not
+    match an event that has fields (Linux 6.12 wants the whole field list too).
+    """
+    from .errors import RezolusError
+    from .user_events import UserEventsData
+
+    con = Console(highlight=False, stderr=True)
+    root = find_tracefs(mount=os.geteuid() == 0)
+    status = Tracefs(root).user_events_status()
+    ours = sorted(n for n in status.events if n.startswith("rezolus_"))
+    if names:
+        unknown = [n for n in names if n not in status.events]
+        if unknown:
+            raise RezolusError(f"no such event registered: {', '.join(unknown)}"
+                               " (registered: `rezolus-ue events`)")
+        ours = names
+    data = UserEventsData(root)
+    deleted, busy = [], []
+    try:
+        for name in ours:
+            try:
+                data.delete(name)
+                deleted.append(name)
+            except RezolusError as e:
+                busy.append(f"{name} ({str(e).split(': ', 1)[-1]})")
+    finally:
+        data.close()
+    con.print(f"deleted {len(deleted)} event(s){': ' if deleted else ''}{', '.join(deleted)}",
+              soft_wrap=True)
+    if busy:
+        con.print(f"not deleted: {', '.join(busy)}; stop the agent and the consumers that"
+                  " use them (see `rezolus-ue events`), then run this again", soft_wrap=True)
+        return 1
+    return 0

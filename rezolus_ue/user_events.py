@@ -255,7 +255,7 @@ class UserEventsData:
             return EventConflict(
                 f"event {name} is already registered with another format"
                 f" ({other or 'format unknown'}); rezolus-ue needs ({fields}). Stop the other"
-                f" registrant or delete it: `echo '!u:{name}' >> {self.tracefs}/dynamic_events`"
+                f" registrant or delete it: `rezolus-ue events --delete {name}`"
             )
         if e.errno in (errno.EPERM, errno.EACCES):
             what = "a persistent event (needs CAP_PERFMON)" if flags & REG_PERSIST else name

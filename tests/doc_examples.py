@@ -377,8 +377,7 @@ EXERCISED: dict[str, Ran | NotRun] = {
     "chmod g+rx /sys/kernel/tracing": Ran(K + "test_tracing_group"),
     "mount -o remount,gid=tracing /sys/kernel/tracing": Ran(K + "test_tracing_group"),
     ".venv/bin/python -m rezolus_ue.bpf.build": Ran(U + "test_bpf_build_command"),
-    "echo '!u:rezolus_cpu_usage' >> /sys/kernel/tracing/dynamic_events": Ran(
-        K + "test_agent_variants"),
+    "sudo rezolus-ue events --delete": Ran(K + "test_agent_variants"),
     "sudo rezolus-ue run --config /etc/rezolus-ue/config.toml -i 100ms": Ran(
         K + "test_agent_variants", as_run="the same in the background", why=UNTIL_STOPPED),
     "toml: [agent]": Ran(U + "test_config_examples_validate"),

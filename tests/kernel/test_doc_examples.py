@@ -487,21 +487,20 @@ def test_agent_variants(sh: Shell, agent) -> None:  # type: ignore[no-untyped-de
     assert "status=2" in out or "status=1" in out, out
     check_claims("sudo rezolus-ue run", out, "docs/security.md")
     # rezolus-ue(8): a given config file and interval; its events persist (persist = true)
-    # until deleted through dynamic_events, as SIGNALS says.
+    # until deleted with `events --delete`, as SIGNALS says.
     persist = "".join(f"[samplers.{n}]\\nenabled = false\\n" for n in _bpf_samplers())
     out = sh.script(
         [("sudo rezolus-ue run --config /etc/rezolus-ue/config.toml -i 100ms",
           "sudo rezolus-ue run --config /etc/rezolus-ue/config.toml -i 100ms &"),
-         "echo '!u:rezolus_cpu_usage' >> /sys/kernel/tracing/dynamic_events"],
+         "sudo rezolus-ue events --delete"],
         {0: "mkdir -p /etc/rezolus-ue && printf '[agent]\\npersist = true\\n" + persist
             + "' > /etc/rezolus-ue/config.toml; " + GONE + "; exec 3>&1 >agent2.log 2>&1",
-         1: f"{started}; {term}; exec >&3; cat agent2.log;"
-            " grep -q '^rezolus_cpu_usage\\b' /sys/kernel/tracing/user_events_status",
+         1: f"{started}; {term}; exec >&3 2>&1; cat agent2.log;"
+            " grep -q '^rezolus_cpu_usage\\b' /sys/kernel/tracing/user_events_status ||"
+            " { echo 'not persisted; user_events_status:'; cat /sys/kernel/tracing/"
+            "user_events_status; exit 1; }",
          # Linux 6.4+ lists "name # Used by ..." (tracefs_tools/status.py).
-         2: "! grep -q '^rezolus_cpu_usage\\b' /sys/kernel/tracing/user_events_status;"
-            " for e in $(sed -n 's/^\\(rezolus_[a-z0-9_]*\\).*/\\1/p'"
-            " /sys/kernel/tracing/user_events_status); do"
-            " echo \"!u:$e\" >> /sys/kernel/tracing/dynamic_events; done"},
+         2: "! grep '^rezolus_' /sys/kernel/tracing/user_events_status"},
         namespace=True)
     assert "publishing" in out, out
     # rezolus-ue(8) EXAMPLES: a 20ms sample interval, the _dist records with perf.
