@@ -332,6 +332,9 @@ MMAP_PAGE_DATA_OFFSET = 1040  # Linux 4.1; zero before, data then starts at page
 MMAP_PAGE_DATA_SIZE = 1048
 
 _U64 = struct.Struct("=Q")
+# data_head and data_tail are read and written with one 8-byte access: "=Q" moves a byte
+# at a time, so a data_head read while the kernel advances it could tear.
+_WORD = struct.Struct("@Q")
 _HEADER = struct.Struct("=IHH")  # struct perf_event_header {u32 type; u16 misc; u16 size}
 _LOST = struct.Struct("=QQ")  # PERF_RECORD_LOST body: u64 id, u64 lost
 _U32 = struct.Struct("=I")
@@ -568,8 +571,8 @@ class RingBuffer:
         buf = self._buf
         # data_head is read before any record (the acquire side). CPython's interpreter
         # runs atomic ops between this load and the data loads, which orders them.
-        (head,) = _U64.unpack_from(buf, MMAP_PAGE_DATA_HEAD)
-        (tail,) = _U64.unpack_from(buf, MMAP_PAGE_DATA_TAIL)
+        (head,) = _WORD.unpack_from(buf, MMAP_PAGE_DATA_HEAD)
+        (tail,) = _WORD.unpack_from(buf, MMAP_PAGE_DATA_TAIL)
         out: list[Record] = []
         while tail < head:
             rtype, _misc, size = _HEADER.unpack(self._copy(tail, _HEADER.size))
@@ -592,7 +595,7 @@ class RingBuffer:
             else:
                 self.skipped += 1
         # Written only after every record was copied out: the release side.
-        _U64.pack_into(buf, MMAP_PAGE_DATA_TAIL, tail)
+        _WORD.pack_into(buf, MMAP_PAGE_DATA_TAIL, tail)
         return out
 
 
@@ -730,15 +733,16 @@ class PerfEvent:
         *,
         clockid: int | None = time.CLOCK_MONOTONIC,
         start: bool = True,
+        output: PerfEvent | None = None,
     ) -> PerfEvent:
-        """Return a sampling PERF_TYPE_TRACEPOINT event with its ring mapped as ``.ring``.
+        """Return a sampling PERF_TYPE_TRACEPOINT event with its ring mapped as ``.ring``,
+        or writing into ``output``'s ring (same CPU and clock) when given.
 
         ``tp_id`` is the number in tracefs ``events/<group>/<name>/id``. Every hit is a
         sample (period 1). ``clockid`` makes PERF_SAMPLE_TIME comparable with
         ``time.clock_gettime_ns(clockid)``; None keeps the kernel's perf clock.
         """
-        if ring_pages <= 0 or ring_pages & (ring_pages - 1):
-            raise ValueError(f"ring_pages must be a power of two, not {ring_pages}")
+        _check_ring_pages(ring_pages)
         attr = PerfEventAttr(
             type=PERF_TYPE_TRACEPOINT,
             config=tp_id,
@@ -748,14 +752,41 @@ class PerfEvent:
         )
         # Disabled until the ring is mapped: samples taken before that would be dropped.
         attr.set_flags(disabled=True)
-        if clockid is not None:
-            attr.set_flags(use_clockid=True)
-            attr.clockid = clockid
+        _set_clock(attr, clockid)
         event = cls.open(attr, pid, cpu)
         try:
-            event._map_ring(ring_pages)
+            if output is None:
+                event._map_ring(ring_pages)
+            else:
+                event._ioctl(PERF_EVENT_IOC_SET_OUTPUT, "SET_OUTPUT", output.fd)
             if start:
                 event.enable()
+        except BaseException:
+            event.close()
+            raise
+        return event
+
+    @classmethod
+    def ring_owner(
+        cls,
+        cpu: int,
+        ring_pages: int,
+        sample_type: int = PERF_SAMPLE_RAW | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU,
+        *,
+        clockid: int | None = time.CLOCK_MONOTONIC,
+    ) -> PerfEvent:
+        """Return a never-firing software event on ``cpu`` whose mapped ring other events
+        of that CPU write into (``tracepoint(output=...)``), as ``perf record`` shares one
+        ring per CPU among all its events. ``sample_type`` is theirs: it decodes the ring.
+        """
+        _check_ring_pages(ring_pages)
+        attr = PerfEventAttr(type=PERF_TYPE_SOFTWARE, config=PERF_COUNT_SW_DUMMY,
+                             sample_type=sample_type)
+        attr.set_flags(disabled=True)
+        _set_clock(attr, clockid)  # SET_OUTPUT needs the same clock on both events
+        event = cls.open(attr, -1, cpu)
+        try:
+            event._map_ring(ring_pages)
         except BaseException:
             event.close()
             raise
@@ -865,13 +896,19 @@ class PerfEvent:
         return _U64.unpack_from(data, 0)[0]
 
     def close(self) -> None:
-        """Unmap the ring and close the fd; idempotent."""
-        if self._mmap is not None:
-            self._mmap.close()
-            self._mmap = None
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        """Unmap the ring and close the fd; idempotent.
+
+        Each is forgotten before it is released: closing the last perf event of a
+        tracepoint waits for an RCU grace period, and a signal handler (Ctrl-C) that
+        raises right after ``os.close`` returns must not leave a closed fd behind for
+        ``__del__`` to close again (EBADF, or another file that reused the number).
+        """
+        mm, self._mmap = self._mmap, None
+        if mm is not None:
+            mm.close()
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def __enter__(self) -> Self:
         return self
@@ -883,6 +920,18 @@ class PerfEvent:
         # Safety net only; owners call close(). getattr: __init__ may not have run.
         if getattr(self, "fd", -1) >= 0:
             self.close()
+
+
+def _check_ring_pages(ring_pages: int) -> None:
+    if ring_pages <= 0 or ring_pages & (ring_pages - 1):
+        raise ValueError(f"ring_pages must be a power of two, not {ring_pages}")
+
+
+def _set_clock(attr: PerfEventAttr, clockid: int | None) -> None:
+    """Make the sample times of ``attr`` use ``clockid`` (None: the kernel's perf clock)."""
+    if clockid is not None:
+        attr.set_flags(use_clockid=True)
+        attr.clockid = clockid
 
 
 # --- CPU list ----------------------------------------------------------------------------
@@ -961,9 +1010,7 @@ class TracepointSubscription:
         except BaseException:
             self.close()
             raise
-        self._poller = select.poll()
-        for event in self.events:
-            self._poller.register(event.fd, select.POLLIN)
+        self._poller = _poller_of(self.events)
 
     @property
     def lost(self) -> int:
@@ -972,12 +1019,7 @@ class TracepointSubscription:
 
     def drain(self) -> list[Sample]:
         """Return every pending sample from all rings, sorted by time."""
-        samples: list[Sample] = []
-        for event in self.events:
-            if event.ring is not None:
-                samples.extend(event.ring.read())
-        samples.sort(key=lambda s: -1 if s.time is None else s.time)
-        return samples
+        return _read_rings(self.events)
 
     def poll(self, timeout_ms: int) -> list[Sample]:
         """Return samples after waiting up to ``timeout_ms`` for any CPU (-1: forever)."""
@@ -993,6 +1035,131 @@ class TracepointSubscription:
         for event in self.events:
             event.close()
         self.events = []
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _poller_of(events: list[PerfEvent]) -> select.poll:
+    """Return a poll set waiting for input on each of ``events``."""
+    poller = select.poll()
+    for event in events:
+        poller.register(event.fd, select.POLLIN)
+    return poller
+
+
+def _read_rings(events: list[PerfEvent]) -> list[Sample]:
+    """Return the pending samples of the rings of ``events``, sorted by time."""
+    samples: list[Sample] = []
+    for event in events:
+        if event.ring is not None:
+            samples.extend(event.ring.read())
+    samples.sort(key=lambda s: -1 if s.time is None else s.time)
+    return samples
+
+
+# --- tracepoints on every CPU, one shared ring per CPU -----------------------------------
+class TracepointRings:
+    """Tracepoints sampled on every online CPU into one ring per CPU, as ``perf record -a``
+    does.
+
+    Each CPU's ring belongs to a never-firing dummy event (``PerfEvent.ring_owner``) and
+    every tracepoint event of that CPU writes into it (``PERF_EVENT_IOC_SET_OUTPUT``): the
+    memory is pooled, so a busy tracepoint uses what quiet ones leave, and one poll and one
+    read per CPU serve every tracepoint, however many. Records of all tracepoints arrive
+    interleaved: the raw data's ``common_type`` says which wrote each. Tracepoints can be
+    added while sampling. Nothing in tracefs is written.
+    """
+
+    def __init__(
+        self,
+        *,
+        sample_type: int = PERF_SAMPLE_RAW | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU,
+        ring_pages: int = 128,
+        clockid: int | None = time.CLOCK_MONOTONIC,
+        sysfs_root: str = "/sys",
+        cpus: list[int] | None = None,
+    ) -> None:
+        self.sample_type = sample_type
+        self.clockid = clockid
+        self.cpus = online_cpus(sysfs_root) if cpus is None else list(cpus)
+        self.owners: list[PerfEvent] = []
+        self._events: dict[int, list[PerfEvent]] = {}
+        try:
+            for cpu in self.cpus:
+                self.owners.append(PerfEvent.ring_owner(cpu, ring_pages, sample_type,
+                                                        clockid=clockid))
+        except BaseException:
+            self.close()
+            raise
+        self._poller = _poller_of(self.owners)
+
+    @property
+    def tracepoints(self) -> list[int]:
+        """Return the ids of the tracepoints being sampled."""
+        return list(self._events)
+
+    def add(self, tp_id: int) -> None:
+        """Start sampling tracepoint ``tp_id`` on every CPU (all enabled together)."""
+        if tp_id in self._events:
+            return
+        events: list[PerfEvent] = []
+        try:
+            for cpu, owner in zip(self.cpus, self.owners, strict=True):
+                events.append(PerfEvent.tracepoint(
+                    tp_id, cpu, -1, self.sample_type, clockid=self.clockid, start=False,
+                    output=owner))
+            for event in events:
+                event.enable()
+        except BaseException:
+            for event in events:
+                event.close()
+            raise
+        self._events[tp_id] = events
+
+    def remove(self, tp_id: int) -> None:
+        """Stop sampling tracepoint ``tp_id`` (its records already in the rings stay)."""
+        events = self._events.get(tp_id, [])
+        while events:  # one at a time: an interrupted remove() resumes where it stopped
+            events.pop().close()
+        self._events.pop(tp_id, None)
+
+    @property
+    def lost(self) -> int:
+        """Return the records the kernel dropped because a ring was full, over all CPUs."""
+        return sum(o.ring.lost for o in self.owners if o.ring is not None)
+
+    @property
+    def malformed(self) -> int:
+        """Return the records that could not be parsed (a bug if ever > 0)."""
+        return sum(o.ring.malformed for o in self.owners if o.ring is not None)
+
+    def drain(self) -> list[Sample]:
+        """Return every pending sample of every CPU, sorted by time."""
+        return _read_rings(self.owners)
+
+    def wait(self, timeout_ms: int) -> bool:
+        """Wait up to ``timeout_ms`` (-1: forever) for a ring to have news; return whether
+        one has (a record, or a lost-records report)."""
+        if not self.owners:
+            return False
+        return bool(self._poller.poll(timeout_ms))
+
+    def poll(self, timeout_ms: int) -> list[Sample]:
+        """Return samples after waiting up to ``timeout_ms`` for any CPU (-1: forever)."""
+        self.wait(timeout_ms)
+        return self.drain()
+
+    def close(self) -> None:
+        """Stop every tracepoint, then release the rings; idempotent (and safe to call
+        again after an interrupt stopped it part-way)."""
+        while self._events:
+            self.remove(next(iter(self._events)))
+        while self.owners:
+            self.owners.pop().close()
 
     def __enter__(self) -> Self:
         return self

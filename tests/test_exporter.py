@@ -774,7 +774,18 @@ def test_renders_are_cached_until_something_changes() -> None:
     exp.ingest(cpu_records(3 * S, [0, 1]))
     assert 'cpu="1"' in exp.render() and exp.renders == 2
     now[0] = 10 * S  # the agent went silent: pruning changes the text
-    assert "rezolus_cpu_usage" not in exp.render() and exp.renders == 3
+    assert "\nrezolus_cpu_usage" not in exp.render() and exp.renders == 3
+
+
+def test_records_are_counted_by_event() -> None:
+    """What tells that the exporter received every record of each event."""
+    exp = ex.Exporter()
+    exp.ingest([*cpu_records(1 * S, [0, 1]), Record("rezolus_nonesuch", 1 * S, 0, 1, {})])
+    exp.ingest(cpu_records(2 * S, [0, 1]))
+    fams = parse(exp.render())
+    assert one(fams, "rezolus_exporter_event_records_total", event="rezolus_cpu_usage") == 4
+    assert one(fams, "rezolus_exporter_event_records_total", event="rezolus_nonesuch") == 1
+    assert one(fams, "rezolus_exporter_records_total") == 5
 
 
 def test_concurrent_scrapes_share_one_render(server: tuple[ex.Exporter, object],

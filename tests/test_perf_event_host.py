@@ -212,3 +212,109 @@ def test_small_ring_wraps_and_reports_overflow_as_lost(
             assert all(ev.ring is not None and ev.ring.malformed == 0 for ev in sub.events)
     finally:
         os.sched_setaffinity(0, affinity)
+
+
+# --- TracepointRings: one ring per CPU shared by every tracepoint -----------------------------
+
+
+def _second_tracepoint(tracefs: Path) -> tuple[int, Callable[[], None]]:
+    """Return (id, fire-once) of a second tracepoint this process can hit."""
+    tp = tracepoint_id(tracefs, "syscalls", "sys_enter_getpid")
+    if tp is None:
+        pytest.skip("syscalls/sys_enter_getpid does not exist")
+    return tp, os.getpid
+
+
+def own(samples: list[pe.Sample]) -> list[pe.Sample]:
+    return [s for s in samples if s.pid == os.getpid()]
+
+
+def test_rings_carry_every_tracepoint_added_while_sampling(
+    tracefs: Path, trigger: tuple[Path, int, Callable[[], None]]
+) -> None:
+    _, tp, fire = trigger
+    tp2, fire2 = _second_tracepoint(tracefs)
+    cpus = pe.online_cpus()
+    with pe.TracepointRings(sample_type=SAMPLE_TYPE, ring_pages=8) as rings:
+        assert len(rings.owners) == len(cpus)  # one ring per CPU, before any tracepoint
+        rings.add(tp)
+        for _ in range(N):
+            fire()
+        assert len(own(rings.poll(100))) == N
+        rings.add(tp2)  # while sampling: into the same rings
+        for _ in range(N):
+            fire()
+            fire2()
+        got = own(rings.poll(100))
+        kinds = [struct.unpack_from("=H", s.raw)[0] for s in got]
+        assert sorted(kinds) == sorted([tp] * N + [tp2] * N)
+        assert [s.time for s in got] == sorted(s.time for s in got)
+        rings.remove(tp)
+        for _ in range(N):
+            fire()
+            fire2()
+        assert {struct.unpack_from("=H", s.raw)[0] for s in own(rings.poll(100))} == {tp2}
+        assert (rings.lost, rings.malformed) == (0, 0)
+    assert rings.owners == [] and rings.tracepoints == []
+
+
+def test_two_rings_are_independent_and_count_their_drops(
+    trigger: tuple[Path, int, Callable[[], None]],
+) -> None:
+    _, tp, fire = trigger
+    affinity = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(affinity)})  # the overflowing ring is this CPU's
+    try:
+        with pe.TracepointRings(sample_type=SAMPLE_TYPE, ring_pages=1) as small, \
+                pe.TracepointRings(sample_type=SAMPLE_TYPE, ring_pages=64) as big:
+            small.add(tp)
+            big.add(tp)
+            for _ in range(1000):  # a page holds far fewer
+                fire()
+            assert len(own(big.drain())) == 1000 and big.lost == 0
+            kept = len(own(small.drain()))
+            fire()  # the drop report is written once space frees up
+            kept += len(own(small.drain()))
+            assert 0 < kept < 1001 and small.lost > 0 and kept + small.lost >= 1001
+    finally:
+        os.sched_setaffinity(0, affinity)
+
+
+def test_close_interrupted_after_os_close_never_closes_the_fd_again(
+    trigger: tuple[Path, int, Callable[[], None]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C arriving as ``os.close`` returns (closing a tracepoint's last perf event waits
+    for an RCU grace period, so it often does): the event must not keep the dead fd for
+    ``__del__`` to close again ("Exception ignored in PerfEvent.__del__ ... EBADF", or
+    worse, closing a file that reused the number)."""
+    import gc
+    import sys
+
+    _, tp, _fire = trigger
+    unraisable: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    real_close = os.close
+
+    def close_then_interrupt(fd: int) -> None:
+        real_close(fd)
+        raise KeyboardInterrupt
+
+    rings = pe.TracepointRings(sample_type=SAMPLE_TYPE, ring_pages=1)
+    rings.add(tp)
+    fds = [e.fd for es in rings._events.values() for e in es] + [o.fd for o in rings.owners]
+    monkeypatch.setattr(pe.os, "close", close_then_interrupt)
+    for _ in fds:
+        with pytest.raises(KeyboardInterrupt):
+            rings.close()
+    monkeypatch.setattr(pe.os, "close", real_close)
+    rings.close()
+    assert rings.owners == [] and rings.tracepoints == []
+    # A file that takes a freed number is left alone by the collected events.
+    reused = os.open("/dev/null", os.O_RDONLY)
+    try:
+        del rings
+        gc.collect()
+        os.fstat(reused)
+    finally:
+        os.close(reused)
+    assert unraisable == []

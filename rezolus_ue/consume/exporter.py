@@ -184,6 +184,8 @@ def family_metrics(family: Family) -> list[PromMetric]:
 SELF_METRICS = (
     PromMetric("rezolus_exporter_records_total", "counter",
                "records the exporter ingested", "", "records", 1, ()),
+    PromMetric("rezolus_exporter_event_records_total", "counter",
+               "records the exporter ingested, by event", "", "event_records", 1, ("event",)),
     PromMetric("rezolus_exporter_skipped_records_total", "counter",
                "records the exporter could not map (unknown event or metric)", "", "skipped",
                1, ()),
@@ -273,6 +275,7 @@ class State:
         self.stale = stale
         self.families = tuple(families)
         self.records = 0
+        self.event_records: dict[str, int] = {}
         self.skipped = 0
         self.lost = 0
         self._events: dict[str, _Event] = {}
@@ -286,8 +289,10 @@ class State:
 
     def ingest(self, records: Iterable[Record], now_ns: int | None = None) -> None:
         """Take records in; ``now_ns`` is when they arrived (default: their own time)."""
+        counts = self.event_records
         for r in records:
             self.records += 1
+            counts[r.event] = counts.get(r.event, 0) + 1
             ev = self._events.get(r.event)
             if ev is None:
                 self.skipped += 1
@@ -373,6 +378,7 @@ class State:
     def copy(self) -> State:
         """Return a snapshot: dicts copied, rows shared (they are never mutated)."""
         new = copy.copy(self)
+        new.event_records = dict(self.event_records)
         new._rows = {e: dict(r) for e, r in self._rows.items()}
         new._events = {e: copy.copy(ev) for e, ev in self._events.items()}
         for ev in new._events.values():
@@ -444,7 +450,12 @@ def exposition(state: State, *, native_buckets: bool = False) -> str:
         _family(out, state, f, native_buckets)
     for pm in SELF_METRICS:
         _head(out, pm)
-        out.append(f"{pm.name} {getattr(state, pm.source)}\n")
+        value = getattr(state, pm.source)
+        if isinstance(value, dict):  # by the one label
+            out.extend(f'{pm.name}{{{pm.labels[0]}="{escape_label(k)}"}} {v}\n'
+                       for k, v in sorted(value.items()))
+        else:
+            out.append(f"{pm.name} {value}\n")
     return "".join(out)
 
 

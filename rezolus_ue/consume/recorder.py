@@ -928,6 +928,11 @@ def record_loop(source: RecordSource, sink: Sink, ctl: Control, *, flush_ns: int
             ctl.dump = False
             if on_dump is not None:
                 on_dump()
+    # What reached the rings before the stop is recorded too (a live source's drain).
+    rest = getattr(source, "drain", lambda: [])()
+    buf.extend(rest)
+    stats.records += len(rest)
+    stats.events.update(r.event for r in rest)
     sink.write(buf)
     return stats
 

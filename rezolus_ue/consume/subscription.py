@@ -1,10 +1,11 @@
 """Subscribe to rezolus-ue tracepoints exactly as any tool would: perf_event_open.
 
-One ``PERF_TYPE_TRACEPOINT`` event per tracepoint per CPU, each with its own mmap'd ring
-(``PERF_SAMPLE_RAW | TIME | CPU``), decoded with the event's tracefs ``format`` file. Two
-subscriptions (two `rezolus-ue top`, or top beside `perf record`) each get every record;
-none touches the global ftrace buffer or ``tracing_on``; closing one leaves the others
-running. Records the kernel had to drop (a ring full) are counted in ``lost``, never hidden.
+One ``PERF_TYPE_TRACEPOINT`` event per tracepoint per CPU (``PERF_SAMPLE_RAW | TIME |
+CPU``), all of a CPU's writing into one mmap'd ring as with ``perf record -a``, decoded
+with the event's tracefs ``format`` file. Two subscriptions (two `rezolus-ue top`, or top
+beside `perf record`) each get every record; none touches the global ftrace buffer or
+``tracing_on``; closing one leaves the others running. Records the kernel had to drop (a
+ring full) are counted in ``lost``, never hidden.
 
 Holding a perf event keeps a user_event alive, so an agent restart that registers the same
 events again reuses them: the subscription carries on. Events that appear later (the agent
@@ -16,14 +17,13 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
-import select
 import time
 from collections.abc import Iterable, Sequence
 
 from tracefs_tools import EventFormat, Tracefs, TracefsError, find_tracefs
 
 from ..errors import ConfigError, KernelFeatureMissing, PermissionDenied, RezolusError
-from ..perf_event import TracepointSubscription
+from ..perf_event import TracepointRings
 from ..schema import EVENTS
 from ..user_events import missing_user_events_hint
 from .records import Record
@@ -32,6 +32,11 @@ log = logging.getLogger("rezolus_ue")
 GROUP = "user_events"
 #: How often to look for newly registered events.
 RESCAN_S = 2.0
+#: Data pages of each CPU's ring (4 KiB each): perf record's default, 512 KiB, which
+#: kernel.perf_event_mlock_kb allows per CPU without CAP_IPC_LOCK. It holds many publish
+#: intervals of every event, so a consumer starved of CPU for a while catches up instead
+#: of losing records.
+RING_PAGES = 128
 
 
 def resolve_events(patterns: Iterable[str] | None) -> list[str]:
@@ -59,32 +64,33 @@ class Subscription:
     """Records of the selected rezolus-ue events, from every CPU, in time order."""
 
     def __init__(self, events: Sequence[str] | None = None, *, wait: bool = True,
-                 tracefs: Tracefs | None = None, ring_pages: int = 16,
+                 tracefs: Tracefs | None = None, ring_pages: int = RING_PAGES,
                  on_wait=None) -> None:  # type: ignore[no-untyped-def]
         self.wanted = resolve_events(events)
         self._tfs = tracefs or _open_tracefs()
         if not self._tfs.has_user_events:
             raise KernelFeatureMissing("user_events", missing_user_events_hint(self._tfs.root))
-        self._ring_pages = ring_pages
-        self._subs: dict[str, tuple[int, TracepointSubscription]] = {}
+        self._rings = TracepointRings(ring_pages=ring_pages)
+        self._subs: dict[str, int] = {}  # event name -> tracepoint id
         self._formats: dict[int, tuple[str, EventFormat]] = {}
-        self._poller = select.poll()
-        self._fd_owner: dict[int, str] = {}
-        self._lost_closed = 0
         self._next_scan = 0.0
-        self._scan()
-        if not self._subs:
-            if not wait:
-                raise RezolusError("no rezolus-ue event is registered: is the agent running?"
-                                   " Start it with `sudo rezolus-ue run`")
-            if on_wait is not None:
-                on_wait()
-            else:
-                log.warning("waiting for the agent to register events (start it with"
-                            " `sudo rezolus-ue run`; Ctrl-C to give up)")
-            while not self._subs:
-                time.sleep(1.0)
-                self._scan()
+        try:
+            self._scan()
+            if not self._subs:
+                if not wait:
+                    raise RezolusError("no rezolus-ue event is registered: is the agent"
+                                       " running? Start it with `sudo rezolus-ue run`")
+                if on_wait is not None:
+                    on_wait()
+                else:
+                    log.warning("waiting for the agent to register events (start it with"
+                                " `sudo rezolus-ue run`; Ctrl-C to give up)")
+                while not self._subs:
+                    time.sleep(1.0)
+                    self._scan()
+        except BaseException:
+            self.close()  # an interrupted wait must not leave perf events to the finalizer
+            raise
 
     @property
     def events(self) -> list[str]:
@@ -94,53 +100,64 @@ class Subscription:
     @property
     def lost(self) -> int:
         """Return how many records the kernel dropped because a ring was full."""
-        return self._lost_closed + sum(s.lost for _id, s in self._subs.values())
+        return self._rings.lost
 
     def _scan(self) -> None:
-        """Subscribe to wanted events that are registered and not yet subscribed."""
-        self._next_scan = time.monotonic() + RESCAN_S
+        """Subscribe to wanted events that are registered and not yet subscribed.
+
+        One directory read finds what is registered: the wanted list names every event of
+        every sampler, and those the agent does not publish (disabled, or unavailable
+        here) are looked for again at every rescan.
+        """
+        try:
+            present = set(self._tfs.events(GROUP))
+        except TracefsError as e:
+            log.debug("cannot list %s events: %s", GROUP, e)
+            present = set()
         for name in self.wanted:
-            if name in self._subs:
+            if name in self._subs or name not in present:
                 continue
             try:
-                if not self._tfs.event_exists(GROUP, name):
-                    continue
                 fmt = self._tfs.event_format(GROUP, name)
-            except TracefsError:
-                continue  # deleted between the check and the read: next scan
-            try:
-                sub = TracepointSubscription(fmt.id, ring_pages=self._ring_pages)
+                self._rings.add(fmt.id)
+                # Deleted and registered again (a new id) between the two: the records
+                # would carry an id we cannot name. Let the next scan take the new one.
+                if self._tfs.event_id(GROUP, name) != fmt.id:
+                    self._rings.remove(fmt.id)
+                    continue
             except PermissionDenied:
                 raise
-            except RezolusError as e:
+            except (TracefsError, RezolusError) as e:
                 log.debug("cannot subscribe to %s: %s", name, e)
-                continue
-            self._subs[name] = (fmt.id, sub)
+                continue  # deleted between the listing and the open: next scan
+            self._subs[name] = fmt.id
             self._formats[fmt.id] = (name, fmt)
-            for ev in sub.events:
-                self._poller.register(ev.fd, select.POLLIN)
-                self._fd_owner[ev.fd] = name
+        # From the end of the scan: a scan slower than RESCAN_S (a loaded machine) must
+        # not make every poll scan again.
+        self._next_scan = time.monotonic() + RESCAN_S
 
-    def poll(self, timeout_ms: int) -> list[Record]:
-        """Return the records that arrived, waiting up to ``timeout_ms`` for the first."""
+    def poll(self, timeout_ms: int, settle_ms: int = 0) -> list[Record]:
+        """Return the records that arrived, waiting up to ``timeout_ms`` for the first.
+
+        ``settle_ms``: once the first arrived, wait this long more before reading, so a
+        publish's burst comes back in one batch instead of a wakeup per record.
+        """
         if time.monotonic() >= self._next_scan and len(self._subs) < len(self.wanted):
             self._scan()
         if not self._subs:
             time.sleep(timeout_ms / 1000)
             return []
-        try:
-            ready = self._poller.poll(timeout_ms)
-        except InterruptedError:
-            ready = []
-        names = {self._fd_owner[fd] for fd, _ev in ready if fd in self._fd_owner}
+        if self._rings.wait(timeout_ms) and settle_ms > 0:
+            time.sleep(settle_ms / 1000)
+        return self.drain()
+
+    def drain(self) -> list[Record]:
+        """Return every record already in the rings, without waiting."""
         out: list[Record] = []
-        for name in names:
-            _id, sub = self._subs[name]
-            for s in sub.drain():
-                rec = self._decode(s.raw, s.time or 0, s.cpu or 0)
-                if rec is not None:
-                    out.append(rec)
-        out.sort(key=lambda r: r.time_ns)
+        for s in self._rings.drain():
+            rec = self._decode(s.raw, s.time or 0, s.cpu or 0)
+            if rec is not None:
+                out.append(rec)
         return out
 
     def _decode(self, raw: bytes | None, t: int, cpu: int) -> Record | None:
@@ -159,11 +176,8 @@ class Subscription:
 
     def close(self) -> None:
         """Stop every perf event (idempotent)."""
-        for _id, sub in self._subs.values():
-            self._lost_closed += sub.lost
-            sub.close()
+        self._rings.close()
         self._subs.clear()
-        self._fd_owner.clear()
 
     def __enter__(self) -> Subscription:
         return self

@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TextIO
 
 from .records import Record
+
+#: Longest wait for records in one poll.
+POLL_MS = 1000
+#: Once a record arrived, wait this much longer before reading: the rest of the publish's
+#: burst comes in the same batch instead of a wakeup and a read per record.
+SETTLE_MS = 50
 
 _EPILOG = """\
 examples:
@@ -54,44 +61,90 @@ def format_json(r: Record, wall_offset_ns: int) -> str:
 
 
 def write_records(records: Iterable[Record], fmt: str, out: TextIO,
-                  wall_offset_ns: int) -> int:
-    """Write records in ``fmt`` ("text" or "json"); return how many."""
+                  wall_offset_ns: int, stop: Callable[[], bool] | None = None) -> int:
+    """Write records in ``fmt`` ("text" or "json"), until ``stop()`` if given; return how
+    many (whole lines only: a stop lands between two)."""
     line = format_json if fmt == "json" else format_text
     n = 0
     for r in records:
+        if stop is not None and stop():
+            break
         out.write(line(r, wall_offset_ns) + "\n")
         n += 1
     return n
 
 
+class _Stopper:
+    """SIGINT/SIGTERM for ``tail``: stop between two lines, once.
+
+    The first signal asks to stop; while tail is blocked (waiting for records, or for the
+    agent) it also raises KeyboardInterrupt there to end the wait. Later signals are
+    ignored: closing the perf events waits for a grace period per tracepoint, and a second
+    Ctrl-C must not break that off half-way.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.blocked = True
+
+    def __call__(self, _signum: int, _frame: object) -> None:
+        if self.requested:
+            return
+        self.requested = True
+        if self.blocked:
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> _Stopper:
+        self._previous = {s: signal.signal(s, self) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+
 def run(args: argparse.Namespace) -> int:
     """Follow the selected events until interrupted (or --count records)."""
-    from .subscription import Subscription, monotonic_to_wall_offset_ns, resolve_events
-
     if args.source is not None:
-        from .recfile import read_meta, read_records
+        return _replay(args)
+    from .subscription import Subscription, monotonic_to_wall_offset_ns
 
-        offset = int(read_meta(args.source).get("wall_offset_ns", 0))
-        names = resolve_events(args.events or None)
-        recs = read_records(args.source, events=names)
-        if args.count is not None:
-            recs = (r for i, r in zip(range(args.count), recs, strict=False))
-        write_records(recs, args.format, sys.stdout, offset)
-        return 0
     offset = monotonic_to_wall_offset_ns()
-    seen = 0
-    with Subscription(args.events or None, wait=not args.no_wait) as sub:
-        lost = 0
-        while args.count is None or seen < args.count:
-            recs = sub.poll(1000)
-            if args.count is not None:
-                recs = recs[: args.count - seen]
-            seen += write_records(recs, args.format, sys.stdout, offset)
-            sys.stdout.flush()
-            if sub.lost != lost:
-                print(f"rezolus-ue: {sub.lost - lost} records lost (consumer too slow; the"
-                      " kernel ring was full)", file=sys.stderr)
-                lost = sub.lost
+    seen = lost = 0
+    with _Stopper() as stopper:
+        try:
+            with Subscription(args.events or None, wait=not args.no_wait) as sub:
+                while not stopper.requested and (args.count is None or seen < args.count):
+                    stopper.blocked = True
+                    try:
+                        recs = sub.poll(POLL_MS, SETTLE_MS)
+                    finally:
+                        stopper.blocked = False
+                    if args.count is not None:
+                        recs = recs[: args.count - seen]
+                    seen += write_records(recs, args.format, sys.stdout, offset,
+                                          lambda: stopper.requested)
+                    sys.stdout.flush()
+                    if sub.lost != lost:
+                        print(f"rezolus-ue: {sub.lost - lost} records lost (consumer too"
+                              " slow; the kernel ring was full)", file=sys.stderr)
+                        lost = sub.lost
+        except KeyboardInterrupt:
+            if not stopper.requested:
+                raise
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    """Print the records of a recording (``--from``)."""
+    from .recfile import read_meta, read_records
+    from .subscription import resolve_events
+
+    offset = int(read_meta(args.source).get("wall_offset_ns", 0))
+    recs = read_records(args.source, events=resolve_events(args.events or None))
+    if args.count is not None:
+        recs = (r for _i, r in zip(range(args.count), recs, strict=False))
+    write_records(recs, args.format, sys.stdout, offset)
     return 0
 
 
