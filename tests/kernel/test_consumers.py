@@ -101,8 +101,17 @@ def assert_clean_exit(c: Consumer, sig: int) -> None:
 
 
 @pytest.fixture
-def loaded_agent(tracefs, tmp_path) -> Iterator[AgentProcess]:
-    """The agent (procfs samplers, 1 s publishes) beside a CPU hog on every CPU."""
+def loaded_agent(hogged_agent: AgentProcess) -> Iterator[AgentProcess]:
+    """The module's loaded agent, running again after each test (one may pause it)."""
+    yield hogged_agent
+    resume(hogged_agent)
+
+
+@pytest.fixture(scope="module")
+def hogged_agent(tracefs, tmp_path_factory) -> Iterator[AgentProcess]:
+    """The agent (procfs samplers, 1 s publishes) beside a CPU hog on every CPU: one for
+    the module (under the VM's emulated CPUs its start is most of a test's time)."""
+    tmp_path = tmp_path_factory.mktemp("loaded")
     hog_bin = shutil.which("stress-ng")
     if hog_bin is None:
         pytest.skip("stress-ng is not installed (scripts/setup.sh --dev installs it)")
