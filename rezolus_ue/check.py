@@ -23,7 +23,7 @@ from tracefs_tools import Tracefs, TracefsError, find_tracefs
 from .bpf.loader import release_probes
 from .config import Config
 from .errors import KernelFeatureMissing, RezolusError, SamplerUnavailable
-from .user_events import missing_user_events_hint
+from .linux.user_events import missing_user_events_hint
 
 if TYPE_CHECKING:
     from .samplers.base import Sampler
@@ -105,7 +105,7 @@ def _probe_btf() -> Result:
 
 
 def _probe_perf() -> list[Result]:
-    from .perf_event import (
+    from .linux.perf_event import (
         PERF_COUNT_HW_CPU_CYCLES,
         PERF_COUNT_SW_CPU_CLOCK,
         PerfEvent,

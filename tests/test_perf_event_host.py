@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from rezolus_ue import perf_event as pe
 from rezolus_ue.errors import KernelFeatureMissing
+from rezolus_ue.linux import perf_event as pe
 
 pytestmark = [
     pytest.mark.host,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rezolus_ue import perf_event as pe
 from rezolus_ue.errors import KernelFeatureMissing, PermissionDenied, RezolusError
+from rezolus_ue.linux import perf_event as pe
 
 # (field, offset, size) of struct perf_event_attr, PERF_ATTR_SIZE_VER8.
 ATTR_LAYOUT = [

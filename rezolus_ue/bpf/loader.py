@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import KernelFeatureMissing, SamplerUnavailable
-from ..perf_event import PERF_TYPE_TRACEPOINT, PerfEventAttr, perf_event_open
+from ..linux.perf_event import PERF_TYPE_TRACEPOINT, PerfEventAttr, perf_event_open
 from . import build
 from .libbpf import (
     BPF_PROG_TYPE_KPROBE,

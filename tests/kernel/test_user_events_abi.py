@@ -16,8 +16,8 @@ import pytest
 
 from rezolus_ue import schema as S
 from rezolus_ue.errors import EventConflict, PermissionDenied, RezolusError
-from rezolus_ue.perf_event import PerfEvent, TracepointSubscription
-from rezolus_ue.user_events import REG_MULTI_FORMAT, REG_PERSIST, UserEventsData
+from rezolus_ue.linux.perf_event import PerfEvent, TracepointSubscription
+from rezolus_ue.linux.user_events import REG_MULTI_FORMAT, REG_PERSIST, UserEventsData
 
 from .conftest import wait_for
 

@@ -50,9 +50,9 @@ from typing import Any
 
 from ...config import Option
 from ...errors import RezolusError, SamplerUnavailable
+from ...linux.procfs import KeptOpen
 from ...metrics.catalog import NETWORK
 from ...metrics.family import Family
-from ...procfs import KeptOpen
 from ..base import FamilySampler
 
 # --- rtnetlink wire format (linux/netlink.h, linux/rtnetlink.h, linux/if_link.h) -------

@@ -38,8 +38,8 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import EventConflict, KernelFeatureMissing, PermissionDenied, RezolusError
 from . import ioctl
-from .errors import EventConflict, KernelFeatureMissing, PermissionDenied, RezolusError
 
 DIAG_IOC_MAGIC = "*"
 # The uapi header encodes a *pointer* size into these numbers, not the struct size.

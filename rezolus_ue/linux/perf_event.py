@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import Self
 
-from rezolus_ue import ioctl
-from rezolus_ue.errors import KernelFeatureMissing, PermissionDenied, RezolusError
+from ..errors import KernelFeatureMissing, PermissionDenied, RezolusError
+from . import ioctl
 
 # --- enum perf_type_id -------------------------------------------------------------------
 PERF_TYPE_HARDWARE = 0

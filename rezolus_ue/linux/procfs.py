@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from pathlib import Path
 
-from .errors import PermissionDenied, RezolusError
+from ..errors import PermissionDenied, RezolusError
 
 _CHUNK = 65536
 
