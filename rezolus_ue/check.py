@@ -105,11 +105,7 @@ def _probe_btf() -> Result:
 
 
 def _probe_perf() -> list[Result]:
-    from .linux.perf_event import (
-        PERF_COUNT_HW_CPU_CYCLES,
-        PERF_COUNT_SW_CPU_CLOCK,
-        PerfEvent,
-    )
+    from .linux.perf_event import PERF_COUNT_HW_CPU_CYCLES, PERF_COUNT_SW_CPU_CLOCK, PerfEvent
 
     out = []
     try:

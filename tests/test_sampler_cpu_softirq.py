@@ -29,7 +29,7 @@ from helpers import (
 )
 
 from rezolus_ue.errors import SamplerUnavailable
-from rezolus_ue.linux.perf_event import parse_cpu_list
+from rezolus_ue.linux.procfs import parse_cpu_list
 from rezolus_ue.metrics.catalog import CPU_SOFTIRQ, SOFTIRQ_KINDS
 from rezolus_ue.samplers.cpu.softirq import CpuSoftirq, SoftirqReader, parse_softirqs
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from tracefs_tools import EventFormat, Tracefs, TracefsError, find_tracefs
 
 from ..errors import ConfigError, KernelFeatureMissing, PermissionDenied, RezolusError
-from ..linux.perf_event import TracepointRings
+from ..linux.perf_ring import TracepointRings
 from ..linux.user_events import missing_user_events_hint
 from ..schema import EVENTS
 from .records import Record

@@ -1,15 +1,15 @@
-"""perf_event_open(2) binding: counters, tracepoint samples and the mmap ring buffer.
+"""perf_event_open(2) binding: the attr, the syscall and counting event fds.
 
 Hand-written against ``include/uapi/linux/perf_event.h``; no library is involved. The
 layouts here are ABI: ``struct perf_event_attr`` up to ``PERF_ATTR_SIZE_VER8`` (136
-bytes), ``struct perf_event_header`` and the control words of ``struct
-perf_event_mmap_page``. Unit tests pin every size and offset.
+bytes). Unit tests pin every size and offset. Producers use this module directly (the
+perf samplers count with ``PerfEvent``, the BPF loader attaches with ``perf_event_open``);
+the sample ring that consumers read is ``perf_ring``, built on it. Only the constants
+some code uses are declared: the header has the rest.
 
 Kernel interfaces used:
 - ``perf_event_open`` (syscall 298 on x86_64, 241 on aarch64/riscv64)
 - ``PERF_EVENT_IOC_ENABLE`` / ``DISABLE`` / ``RESET`` ioctls, ``read`` of a counter
-- ``mmap`` of 1 + 2^n pages as the sample ring buffer, ``poll`` for wakeups
-- ``/sys/devices/system/cpu/online`` for the per-CPU fan-out
 
 Every ``OSError`` is translated here into ``rezolus_ue.errors``; callers never see errno.
 """
@@ -19,12 +19,9 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
-import mmap
 import os
 import platform
-import select
 import struct
-import time
 from dataclasses import dataclass
 from typing import Self
 
@@ -42,14 +39,7 @@ PERF_TYPE_BREAKPOINT = 5
 # --- enum perf_hw_id ---------------------------------------------------------------------
 PERF_COUNT_HW_CPU_CYCLES = 0
 PERF_COUNT_HW_INSTRUCTIONS = 1
-PERF_COUNT_HW_CACHE_REFERENCES = 2
-PERF_COUNT_HW_CACHE_MISSES = 3
-PERF_COUNT_HW_BRANCH_INSTRUCTIONS = 4
 PERF_COUNT_HW_BRANCH_MISSES = 5
-PERF_COUNT_HW_BUS_CYCLES = 6
-PERF_COUNT_HW_STALLED_CYCLES_FRONTEND = 7
-PERF_COUNT_HW_STALLED_CYCLES_BACKEND = 8
-PERF_COUNT_HW_REF_CPU_CYCLES = 9
 
 # --- enum perf_sw_ids --------------------------------------------------------------------
 PERF_COUNT_SW_CPU_CLOCK = 0
@@ -57,13 +47,7 @@ PERF_COUNT_SW_TASK_CLOCK = 1
 PERF_COUNT_SW_PAGE_FAULTS = 2
 PERF_COUNT_SW_CONTEXT_SWITCHES = 3
 PERF_COUNT_SW_CPU_MIGRATIONS = 4
-PERF_COUNT_SW_PAGE_FAULTS_MIN = 5
-PERF_COUNT_SW_PAGE_FAULTS_MAJ = 6
-PERF_COUNT_SW_ALIGNMENT_FAULTS = 7
-PERF_COUNT_SW_EMULATION_FAULTS = 8
 PERF_COUNT_SW_DUMMY = 9
-PERF_COUNT_SW_BPF_OUTPUT = 10
-PERF_COUNT_SW_CGROUP_SWITCHES = 11  # Linux 5.13
 
 # --- enum perf_event_sample_format -------------------------------------------------------
 PERF_SAMPLE_IP = 1 << 0
@@ -77,17 +61,7 @@ PERF_SAMPLE_CPU = 1 << 7
 PERF_SAMPLE_PERIOD = 1 << 8
 PERF_SAMPLE_STREAM_ID = 1 << 9
 PERF_SAMPLE_RAW = 1 << 10
-PERF_SAMPLE_BRANCH_STACK = 1 << 11
-PERF_SAMPLE_REGS_USER = 1 << 12
-PERF_SAMPLE_STACK_USER = 1 << 13
-PERF_SAMPLE_WEIGHT = 1 << 14
-PERF_SAMPLE_DATA_SRC = 1 << 15
 PERF_SAMPLE_IDENTIFIER = 1 << 16
-PERF_SAMPLE_TRANSACTION = 1 << 17
-PERF_SAMPLE_REGS_INTR = 1 << 18
-PERF_SAMPLE_PHYS_ADDR = 1 << 19
-PERF_SAMPLE_AUX = 1 << 20
-PERF_SAMPLE_CGROUP = 1 << 21
 
 # --- enum perf_event_read_format ---------------------------------------------------------
 PERF_FORMAT_TOTAL_TIME_ENABLED = 1 << 0
@@ -96,36 +70,9 @@ PERF_FORMAT_ID = 1 << 2
 PERF_FORMAT_GROUP = 1 << 3
 PERF_FORMAT_LOST = 1 << 4  # Linux 6.0
 
-# --- enum perf_event_type (perf_event_header.type) ---------------------------------------
-PERF_RECORD_MMAP = 1
-PERF_RECORD_LOST = 2
-PERF_RECORD_COMM = 3
-PERF_RECORD_EXIT = 4
-PERF_RECORD_THROTTLE = 5
-PERF_RECORD_UNTHROTTLE = 6
-PERF_RECORD_FORK = 7
-PERF_RECORD_READ = 8
-PERF_RECORD_SAMPLE = 9
-PERF_RECORD_MMAP2 = 10
-PERF_RECORD_AUX = 11
-PERF_RECORD_ITRACE_START = 12
-PERF_RECORD_LOST_SAMPLES = 13
-PERF_RECORD_SWITCH = 14
-PERF_RECORD_SWITCH_CPU_WIDE = 15
-PERF_RECORD_NAMESPACES = 16
-PERF_RECORD_KSYMBOL = 17
-PERF_RECORD_BPF_EVENT = 18
-PERF_RECORD_CGROUP = 19
-PERF_RECORD_TEXT_POKE = 20
-PERF_RECORD_AUX_OUTPUT_HW_ID = 21
-
 # --- perf_event_open flags ---------------------------------------------------------------
-PERF_FLAG_FD_NO_GROUP = 1 << 0
-PERF_FLAG_FD_OUTPUT = 1 << 1
-PERF_FLAG_PID_CGROUP = 1 << 2
 PERF_FLAG_FD_CLOEXEC = 1 << 3
 
-PERF_IOC_FLAG_GROUP = 1 << 0
 
 # --- attr sizes --------------------------------------------------------------------------
 PERF_ATTR_SIZE_VER0 = 64
@@ -325,19 +272,7 @@ class PerfEventAttr(ctypes.Structure):
         )
 
 
-# --- struct perf_event_mmap_page control words (fixed offsets in the first page) ---------
-MMAP_PAGE_DATA_HEAD = 1024
-MMAP_PAGE_DATA_TAIL = 1032
-MMAP_PAGE_DATA_OFFSET = 1040  # Linux 4.1; zero before, data then starts at page 1
-MMAP_PAGE_DATA_SIZE = 1048
-
 _U64 = struct.Struct("=Q")
-# data_head and data_tail are read and written with one 8-byte access: "=Q" moves a byte
-# at a time, so a data_head read while the kernel advances it could tear.
-_WORD = struct.Struct("@Q")
-_HEADER = struct.Struct("=IHH")  # struct perf_event_header {u32 type; u16 misc; u16 size}
-_LOST = struct.Struct("=QQ")  # PERF_RECORD_LOST body: u64 id, u64 lost
-_U32 = struct.Struct("=I")
 
 
 # --- the syscall -------------------------------------------------------------------------
@@ -432,173 +367,6 @@ def perf_event_open(
     return fd
 
 
-# --- decoding PERF_RECORD_SAMPLE ---------------------------------------------------------
-@dataclass(slots=True)
-class Sample:
-    """One decoded PERF_RECORD_SAMPLE; a field is None unless its PERF_SAMPLE_* bit was set."""
-
-    time: int | None
-    cpu: int | None
-    pid: int | None
-    tid: int | None
-    raw: bytes | None
-    id: int | None = None
-    stream_id: int | None = None
-    period: int | None = None
-    ip: int | None = None
-    addr: int | None = None
-    callchain: tuple[int, ...] | None = None
-
-
-# Record is what RingBuffer.read() returns; only samples are surfaced, the rest is counted.
-Record = Sample
-
-# The fixed-size sample fields in ABI order, before the variable READ/CALLCHAIN/RAW parts.
-# (bit, struct codes, Sample attribute per code; None = padding)
-_FIXED_SAMPLE_FIELDS: tuple[tuple[int, str, tuple[str | None, ...]], ...] = (
-    (PERF_SAMPLE_IDENTIFIER, "Q", ("id",)),
-    (PERF_SAMPLE_IP, "Q", ("ip",)),
-    (PERF_SAMPLE_TID, "II", ("pid", "tid")),
-    (PERF_SAMPLE_TIME, "Q", ("time",)),
-    (PERF_SAMPLE_ADDR, "Q", ("addr",)),
-    (PERF_SAMPLE_ID, "Q", ("id",)),
-    (PERF_SAMPLE_STREAM_ID, "Q", ("stream_id",)),
-    (PERF_SAMPLE_CPU, "II", ("cpu", None)),  # u32 cpu, u32 res
-    (PERF_SAMPLE_PERIOD, "Q", ("period",)),
-)
-
-
-class SampleDecoder:
-    """Decode PERF_RECORD_SAMPLE bodies for one (sample_type, read_format) pair.
-
-    Fields after PERF_SAMPLE_RAW in the ABI order (branch stack, registers, ...) are
-    ignored: they follow everything decoded here, so they never shift our offsets.
-    """
-
-    def __init__(self, sample_type: int, read_format: int = 0) -> None:
-        self.sample_type = sample_type
-        self.read_format = read_format
-        codes = "".join(c for bit, c, _ in _FIXED_SAMPLE_FIELDS if sample_type & bit)
-        self._fixed = struct.Struct("=" + codes)
-        self._names = [n for bit, _, ns in _FIXED_SAMPLE_FIELDS if sample_type & bit for n in ns]
-        times = bin(read_format & (PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING))
-        n_times = times.count("1")
-        per_value = 1 + bool(read_format & PERF_FORMAT_ID) + bool(read_format & PERF_FORMAT_LOST)
-        self._read_group = bool(read_format & PERF_FORMAT_GROUP)
-        # Non-group: value [enabled] [running] [id] [lost]; group: nr [times] nr*values.
-        self._read_fixed_words = n_times + (1 if self._read_group else per_value)
-        self._read_per_value_words = per_value
-
-    def decode(self, body: bytes) -> Sample:
-        """Return the Sample encoded in ``body`` (the record without its 8-byte header)."""
-        sample = Sample(None, None, None, None, None)
-        for name, value in zip(self._names, self._fixed.unpack_from(body, 0), strict=True):
-            if name is not None:
-                setattr(sample, name, value)
-        off = self._fixed.size
-        st = self.sample_type
-        if st & PERF_SAMPLE_READ:
-            if self._read_group:
-                (nr,) = _U64.unpack_from(body, off)
-                off += 8 * (self._read_fixed_words + nr * self._read_per_value_words)
-            else:
-                off += 8 * self._read_fixed_words
-        if st & PERF_SAMPLE_CALLCHAIN:
-            (nr,) = _U64.unpack_from(body, off)
-            sample.callchain = struct.unpack_from(f"={nr}Q", body, off + 8)
-            off += 8 + 8 * nr
-        if st & PERF_SAMPLE_RAW:
-            (size,) = _U32.unpack_from(body, off)
-            if off + 4 + size > len(body):
-                raise struct.error("PERF_SAMPLE_RAW runs past the end of the record")
-            sample.raw = bytes(body[off + 4 : off + 4 + size])
-        return sample
-
-
-# --- the ring buffer ---------------------------------------------------------------------
-class RingBuffer:
-    """Reader of a perf mmap ring: one control page followed by 2^n data pages.
-
-    ``buf`` is the mmap (or, in tests, a bytearray laid out the same way). Records are
-    copied out before ``data_tail`` is advanced, so the kernel never overwrites what is
-    being parsed; with a writable mapping it drops new records instead and reports them
-    as PERF_RECORD_LOST, which are summed into ``lost``. The kernel writes that record
-    only once space frees up, ahead of the next record, so drops show up one event late.
-    """
-
-    def __init__(
-        self,
-        buf: mmap.mmap | bytearray,
-        sample_type: int,
-        read_format: int = 0,
-        *,
-        page_size: int = mmap.PAGESIZE,
-        fd: int = -1,
-    ) -> None:
-        self._buf = buf
-        self._fd = fd
-        self.decoder = SampleDecoder(sample_type, read_format)
-        (offset,) = _U64.unpack_from(buf, MMAP_PAGE_DATA_OFFSET)
-        (size,) = _U64.unpack_from(buf, MMAP_PAGE_DATA_SIZE)
-        if size == 0:  # kernels before 4.1 leave these zero
-            offset, size = page_size, len(buf) - page_size
-        if size <= 0 or size & (size - 1) or offset + size > len(buf):
-            raise ValueError(f"bad ring layout: data_offset={offset} data_size={size}")
-        self.data_offset = offset
-        self.data_size = size
-        self.lost = 0  # records the kernel dropped (PERF_RECORD_LOST / LOST_SAMPLES)
-        self.skipped = 0  # other record types, counted and not decoded
-        self.malformed = 0  # samples that did not fit sample_type; a bug if ever > 0
-
-    def fileno(self) -> int:
-        """Return the event fd behind this ring (for select.poll), or -1 if none."""
-        return self._fd
-
-    def _copy(self, pos: int, length: int) -> bytes:
-        """Return ``length`` data-area bytes starting at ring position ``pos``, unwrapped."""
-        start = self.data_offset + (pos & (self.data_size - 1))
-        end_of_data = self.data_offset + self.data_size
-        if start + length <= end_of_data:
-            return self._buf[start : start + length]
-        first = end_of_data - start
-        return (
-            self._buf[start:end_of_data]
-            + self._buf[self.data_offset : self.data_offset + length - first]
-        )
-
-    def read(self) -> list[Record]:
-        """Return the samples written since the last call and release their space."""
-        buf = self._buf
-        # data_head is read before any record (the acquire side). CPython's interpreter
-        # runs atomic ops between this load and the data loads, which orders them.
-        (head,) = _WORD.unpack_from(buf, MMAP_PAGE_DATA_HEAD)
-        (tail,) = _WORD.unpack_from(buf, MMAP_PAGE_DATA_TAIL)
-        out: list[Record] = []
-        while tail < head:
-            rtype, _misc, size = _HEADER.unpack(self._copy(tail, _HEADER.size))
-            if size < _HEADER.size or tail + size > head:
-                # Never happens with a sane kernel; drop what's left rather than spin.
-                self.malformed += 1
-                tail = head
-                break
-            body = self._copy(tail + _HEADER.size, size - _HEADER.size)
-            tail += size
-            if rtype == PERF_RECORD_SAMPLE:
-                try:
-                    out.append(self.decoder.decode(body))
-                except struct.error:
-                    self.malformed += 1
-            elif rtype == PERF_RECORD_LOST:
-                self.lost += _LOST.unpack_from(body, 0)[1]
-            elif rtype == PERF_RECORD_LOST_SAMPLES:
-                self.lost += _U64.unpack_from(body, 0)[0]
-            else:
-                self.skipped += 1
-        # Written only after every record was copied out: the release side.
-        _WORD.pack_into(buf, MMAP_PAGE_DATA_TAIL, tail)
-        return out
-
-
 # --- one event fd ------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class CounterValue:
@@ -619,13 +387,11 @@ class CounterValue:
 
 
 class PerfEvent:
-    """One perf event fd, with its ring buffer when it samples."""
+    """One perf event fd (``perf_ring.RingEvent`` adds the sample ring)."""
 
-    def __init__(self, fd: int, attr: PerfEventAttr, ring: RingBuffer | None = None) -> None:
+    def __init__(self, fd: int, attr: PerfEventAttr) -> None:
         self.fd = fd
         self.attr = attr
-        self.ring = ring
-        self._mmap: mmap.mmap | None = None
         self._read_len, self._read_struct = self._read_layout(attr.read_format)
         self._group_layout: tuple[int, int, struct.Struct] | None = None
 
@@ -721,96 +487,6 @@ class PerfEvent:
                 raise
         return event
 
-    @classmethod
-    def tracepoint(
-        cls,
-        tp_id: int,
-        cpu: int,
-        pid: int = -1,
-        sample_type: int = PERF_SAMPLE_RAW | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU,
-        wakeup_events: int = 1,
-        ring_pages: int = 8,
-        *,
-        clockid: int | None = time.CLOCK_MONOTONIC,
-        start: bool = True,
-        output: PerfEvent | None = None,
-    ) -> PerfEvent:
-        """Return a sampling PERF_TYPE_TRACEPOINT event with its ring mapped as ``.ring``,
-        or writing into ``output``'s ring (same CPU and clock) when given.
-
-        ``tp_id`` is the number in tracefs ``events/<group>/<name>/id``. Every hit is a
-        sample (period 1). ``clockid`` makes PERF_SAMPLE_TIME comparable with
-        ``time.clock_gettime_ns(clockid)``; None keeps the kernel's perf clock.
-        """
-        _check_ring_pages(ring_pages)
-        attr = PerfEventAttr(
-            type=PERF_TYPE_TRACEPOINT,
-            config=tp_id,
-            sample_period=1,
-            sample_type=sample_type,
-            wakeup_events=wakeup_events,
-        )
-        # Disabled until the ring is mapped: samples taken before that would be dropped.
-        attr.set_flags(disabled=True)
-        _set_clock(attr, clockid)
-        event = cls.open(attr, pid, cpu)
-        try:
-            if output is None:
-                event._map_ring(ring_pages)
-            else:
-                event._ioctl(PERF_EVENT_IOC_SET_OUTPUT, "SET_OUTPUT", output.fd)
-            if start:
-                event.enable()
-        except BaseException:
-            event.close()
-            raise
-        return event
-
-    @classmethod
-    def ring_owner(
-        cls,
-        cpu: int,
-        ring_pages: int,
-        sample_type: int = PERF_SAMPLE_RAW | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU,
-        *,
-        clockid: int | None = time.CLOCK_MONOTONIC,
-    ) -> PerfEvent:
-        """Return a never-firing software event on ``cpu`` whose mapped ring other events
-        of that CPU write into (``tracepoint(output=...)``), as ``perf record`` shares one
-        ring per CPU among all its events. ``sample_type`` is theirs: it decodes the ring.
-        """
-        _check_ring_pages(ring_pages)
-        attr = PerfEventAttr(type=PERF_TYPE_SOFTWARE, config=PERF_COUNT_SW_DUMMY,
-                             sample_type=sample_type)
-        attr.set_flags(disabled=True)
-        _set_clock(attr, clockid)  # SET_OUTPUT needs the same clock on both events
-        event = cls.open(attr, -1, cpu)
-        try:
-            event._map_ring(ring_pages)
-        except BaseException:
-            event.close()
-            raise
-        return event
-
-    def _map_ring(self, ring_pages: int) -> None:
-        """Map 1 + ``ring_pages`` pages of the event fd and attach a RingBuffer."""
-        length = (1 + ring_pages) * mmap.PAGESIZE
-        try:
-            # Writable so we own data_tail and the kernel never overwrites unread data.
-            mm = mmap.mmap(
-                self.fd, length, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE
-            )
-        except OSError as e:
-            if e.errno in (errno.EPERM, errno.EACCES):
-                raise PermissionDenied(
-                    f"mmap of a {ring_pages}-page perf ring was refused: over "
-                    "kernel.perf_event_mlock_kb and RLIMIT_MEMLOCK; use fewer ring_pages, "
-                    "raise /proc/sys/kernel/perf_event_mlock_kb, or run with CAP_IPC_LOCK"
-                ) from None
-            raise RezolusError(f"mmap of a perf ring ({length} bytes): {e.strerror}") from None
-        self._mmap = mm
-        self.ring = RingBuffer(mm, self.attr.sample_type, self.attr.read_format, fd=self.fd)
-
     def fileno(self) -> int:
         """Return the event fd."""
         return self.fd
@@ -896,16 +572,13 @@ class PerfEvent:
         return _U64.unpack_from(data, 0)[0]
 
     def close(self) -> None:
-        """Unmap the ring and close the fd; idempotent.
+        """Close the fd; idempotent.
 
-        Each is forgotten before it is released: closing the last perf event of a
+        The fd is forgotten before it is released: closing the last perf event of a
         tracepoint waits for an RCU grace period, and a signal handler (Ctrl-C) that
         raises right after ``os.close`` returns must not leave a closed fd behind for
         ``__del__`` to close again (EBADF, or another file that reused the number).
         """
-        mm, self._mmap = self._mmap, None
-        if mm is not None:
-            mm.close()
         fd, self.fd = self.fd, -1
         if fd >= 0:
             os.close(fd)
@@ -922,247 +595,3 @@ class PerfEvent:
             self.close()
 
 
-def _check_ring_pages(ring_pages: int) -> None:
-    if ring_pages <= 0 or ring_pages & (ring_pages - 1):
-        raise ValueError(f"ring_pages must be a power of two, not {ring_pages}")
-
-
-def _set_clock(attr: PerfEventAttr, clockid: int | None) -> None:
-    """Make the sample times of ``attr`` use ``clockid`` (None: the kernel's perf clock)."""
-    if clockid is not None:
-        attr.set_flags(use_clockid=True)
-        attr.clockid = clockid
-
-
-# --- CPU list ----------------------------------------------------------------------------
-def parse_cpu_list(text: str) -> list[int]:
-    """Return the CPUs in a kernel cpulist such as ``"0-3,5,7-8"`` (sorted, unique)."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, sep, hi = part.partition("-")
-        try:
-            first = int(lo)
-            last = int(hi) if sep else first
-        except ValueError:
-            raise ValueError(f"bad cpulist element {part!r} in {text!r}") from None
-        if first < 0 or last < first:
-            raise ValueError(f"bad cpulist range {part!r} in {text!r}")
-        cpus.update(range(first, last + 1))
-    return sorted(cpus)
-
-
-def online_cpus(sysfs_root: str = "/sys") -> list[int]:
-    """Return the online CPU numbers from ``<sysfs_root>/devices/system/cpu/online``."""
-    path = f"{sysfs_root}/devices/system/cpu/online"
-    try:
-        with open(path) as f:
-            text = f.read()
-    except OSError as e:
-        raise RezolusError(f"cannot read online CPUs from {path}: {e.strerror}") from None
-    try:
-        return parse_cpu_list(text)
-    except ValueError as e:
-        raise RezolusError(f"{path}: {e}") from None
-
-
-# --- a tracepoint on every CPU -----------------------------------------------------------
-class TracepointSubscription:
-    """A tracepoint sampled on every online CPU, each CPU with its own ring.
-
-    Per-CPU events with pid=-1 need root or CAP_PERFMON. Nothing in tracefs is written:
-    the global ``tracing_on`` and ``trace`` buffer are not involved.
-    """
-
-    def __init__(
-        self,
-        tp_id: int,
-        *,
-        sample_type: int = PERF_SAMPLE_RAW | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU,
-        wakeup_events: int = 1,
-        ring_pages: int = 8,
-        clockid: int | None = time.CLOCK_MONOTONIC,
-        sysfs_root: str = "/sys",
-        cpus: list[int] | None = None,
-    ) -> None:
-        self.tp_id = tp_id
-        self.cpus = online_cpus(sysfs_root) if cpus is None else list(cpus)
-        self.events: list[PerfEvent] = []
-        try:
-            for cpu in self.cpus:
-                self.events.append(
-                    PerfEvent.tracepoint(
-                        tp_id,
-                        cpu,
-                        -1,
-                        sample_type,
-                        wakeup_events,
-                        ring_pages,
-                        clockid=clockid,
-                        start=False,
-                    )
-                )
-            # Enabled together so no CPU starts early relative to the others.
-            for event in self.events:
-                event.enable()
-        except BaseException:
-            self.close()
-            raise
-        self._poller = _poller_of(self.events)
-
-    @property
-    def lost(self) -> int:
-        """Return the total records the kernel dropped across all CPUs."""
-        return sum(e.ring.lost for e in self.events if e.ring is not None)
-
-    def drain(self) -> list[Sample]:
-        """Return every pending sample from all rings, sorted by time."""
-        return _read_rings(self.events)
-
-    def poll(self, timeout_ms: int) -> list[Sample]:
-        """Return samples after waiting up to ``timeout_ms`` for any CPU (-1: forever)."""
-        if not self.events:
-            return []
-        self._poller.poll(timeout_ms)
-        # Drain every ring, not just the ready ones: wakeup_events > 1 leaves samples
-        # behind without a wakeup, and reading an empty ring is two loads.
-        return self.drain()
-
-    def close(self) -> None:
-        """Close every per-CPU event; idempotent."""
-        for event in self.events:
-            event.close()
-        self.events = []
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _poller_of(events: list[PerfEvent]) -> select.poll:
-    """Return a poll set waiting for input on each of ``events``."""
-    poller = select.poll()
-    for event in events:
-        poller.register(event.fd, select.POLLIN)
-    return poller
-
-
-def _read_rings(events: list[PerfEvent]) -> list[Sample]:
-    """Return the pending samples of the rings of ``events``, sorted by time."""
-    samples: list[Sample] = []
-    for event in events:
-        if event.ring is not None:
-            samples.extend(event.ring.read())
-    samples.sort(key=lambda s: -1 if s.time is None else s.time)
-    return samples
-
-
-# --- tracepoints on every CPU, one shared ring per CPU -----------------------------------
-class TracepointRings:
-    """Tracepoints sampled on every online CPU into one ring per CPU, as ``perf record -a``
-    does.
-
-    Each CPU's ring belongs to a never-firing dummy event (``PerfEvent.ring_owner``) and
-    every tracepoint event of that CPU writes into it (``PERF_EVENT_IOC_SET_OUTPUT``): the
-    memory is pooled, so a busy tracepoint uses what quiet ones leave, and one poll and one
-    read per CPU serve every tracepoint, however many. Records of all tracepoints arrive
-    interleaved: the raw data's ``common_type`` says which wrote each. Tracepoints can be
-    added while sampling. Nothing in tracefs is written.
-    """
-
-    def __init__(
-        self,
-        *,
-        sample_type: int = PERF_SAMPLE_RAW | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU,
-        ring_pages: int = 128,
-        clockid: int | None = time.CLOCK_MONOTONIC,
-        sysfs_root: str = "/sys",
-        cpus: list[int] | None = None,
-    ) -> None:
-        self.sample_type = sample_type
-        self.clockid = clockid
-        self.cpus = online_cpus(sysfs_root) if cpus is None else list(cpus)
-        self.owners: list[PerfEvent] = []
-        self._events: dict[int, list[PerfEvent]] = {}
-        try:
-            for cpu in self.cpus:
-                self.owners.append(PerfEvent.ring_owner(cpu, ring_pages, sample_type,
-                                                        clockid=clockid))
-        except BaseException:
-            self.close()
-            raise
-        self._poller = _poller_of(self.owners)
-
-    @property
-    def tracepoints(self) -> list[int]:
-        """Return the ids of the tracepoints being sampled."""
-        return list(self._events)
-
-    def add(self, tp_id: int) -> None:
-        """Start sampling tracepoint ``tp_id`` on every CPU (all enabled together)."""
-        if tp_id in self._events:
-            return
-        events: list[PerfEvent] = []
-        try:
-            for cpu, owner in zip(self.cpus, self.owners, strict=True):
-                events.append(PerfEvent.tracepoint(
-                    tp_id, cpu, -1, self.sample_type, clockid=self.clockid, start=False,
-                    output=owner))
-            for event in events:
-                event.enable()
-        except BaseException:
-            for event in events:
-                event.close()
-            raise
-        self._events[tp_id] = events
-
-    def remove(self, tp_id: int) -> None:
-        """Stop sampling tracepoint ``tp_id`` (its records already in the rings stay)."""
-        events = self._events.get(tp_id, [])
-        while events:  # one at a time: an interrupted remove() resumes where it stopped
-            events.pop().close()
-        self._events.pop(tp_id, None)
-
-    @property
-    def lost(self) -> int:
-        """Return the records the kernel dropped because a ring was full, over all CPUs."""
-        return sum(o.ring.lost for o in self.owners if o.ring is not None)
-
-    @property
-    def malformed(self) -> int:
-        """Return the records that could not be parsed (a bug if ever > 0)."""
-        return sum(o.ring.malformed for o in self.owners if o.ring is not None)
-
-    def drain(self) -> list[Sample]:
-        """Return every pending sample of every CPU, sorted by time."""
-        return _read_rings(self.owners)
-
-    def wait(self, timeout_ms: int) -> bool:
-        """Wait up to ``timeout_ms`` (-1: forever) for a ring to have news; return whether
-        one has (a record, or a lost-records report)."""
-        if not self.owners:
-            return False
-        return bool(self._poller.poll(timeout_ms))
-
-    def poll(self, timeout_ms: int) -> list[Sample]:
-        """Return samples after waiting up to ``timeout_ms`` for any CPU (-1: forever)."""
-        self.wait(timeout_ms)
-        return self.drain()
-
-    def close(self) -> None:
-        """Stop every tracepoint, then release the rings; idempotent (and safe to call
-        again after an interrupt stopped it part-way)."""
-        while self._events:
-            self.remove(next(iter(self._events)))
-        while self.owners:
-            self.owners.pop().close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -53,8 +53,8 @@ from ..linux.perf_event import (
     PERF_TYPE_SOFTWARE,
     PerfEvent,
     PerfEventAttr,
-    online_cpus,
 )
+from ..linux.procfs import online_cpus
 from ..metrics.catalog import PERF_HARDWARE, PERF_SOFTWARE
 from ..metrics.family import Family
 from .base import FamilySampler, SamplerContext

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from rezolus_ue.linux.perf_event import TracepointSubscription
+from rezolus_ue.linux.perf_ring import TracepointSubscription
 from rezolus_ue.metrics.catalog import (
     AGENT,
     CPU_USAGE,

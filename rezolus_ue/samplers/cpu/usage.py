@@ -15,8 +15,7 @@ import os
 from collections.abc import Mapping, Sequence
 from operator import sub
 
-from ...linux.perf_event import parse_cpu_list
-from ...linux.procfs import KeptOpen, shared
+from ...linux.procfs import KeptOpen, parse_cpu_list, shared
 from ...metrics.catalog import CPU_CORES, CPU_USAGE
 from ...metrics.family import Family
 from ..base import FamilySampler
