@@ -264,11 +264,12 @@ def probe_samplers(config: Config, user: str | None = None) -> list[Result]:
     """
     from . import privilege
     from .cli import PROG
+    from .linux import capabilities
 
     drops = bool(config.agent.get("drop_capabilities", True)) or user is not None
     if os.geteuid() != 0:
-        held = privilege.members(privilege.current().get("CapEff", 0))
-        caps = ", ".join(sorted(privilege.cap_name(n) for n in held)) or "no capabilities"
+        held = capabilities.members(capabilities.current().get("CapEff", 0))
+        caps = ", ".join(sorted(capabilities.cap_name(n) for n in held)) or "no capabilities"
         line = Result("privileges", "warn",
                       f"not root: samplers checked as uid {os.getuid()} with {caps}, not as"
                       f" `sudo {PROG} run` runs them (rerun as root)")
