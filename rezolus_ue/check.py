@@ -263,7 +263,7 @@ def probe_samplers(config: Config, user: str | None = None) -> list[Result]:
     The first result is that line: the privileges the samplers were checked with.
     """
     from . import privilege
-    from .cli import PROG
+    from .cli_base import PROG
     from .linux import capabilities
 
     drops = bool(config.agent.get("drop_capabilities", True)) or user is not None
