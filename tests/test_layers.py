@@ -141,3 +141,41 @@ def test_no_import_cycles() -> None:
         if back:
             cycles.append(f"{_chain(seen, back[0])} -> {module}")
     assert not cycles, "import cycles:\n" + "\n".join(sorted(cycles))
+
+
+def _third_party_imports() -> dict[str, set[str]]:
+    """Return {top-level module not ours and not stdlib: the modules importing it}."""
+    import sys
+
+    out: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            else:
+                continue
+            for top in {n.split(".")[0] for n in names} - set(sys.stdlib_module_names):
+                if top not in PACKAGES:
+                    out.setdefault(top, set()).add(module)
+    return out
+
+
+def _requirement_names(reqs: list[str]) -> set[str]:
+    import re
+
+    return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower().replace("-", "_") for r in reqs}
+
+
+def test_runtime_dependencies_are_what_the_product_imports() -> None:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtime = _requirement_names(project["dependencies"])
+    optional = _requirement_names(project["optional-dependencies"]["parquet"])
+    imported = _third_party_imports()
+    unused = sorted(runtime - imported.keys())
+    assert not unused, f"runtime dependencies nothing in the product imports: {unused}"
+    undeclared = {m: sorted(by) for m, by in imported.items() if m not in runtime | optional}
+    assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"
