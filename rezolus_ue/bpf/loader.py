@@ -33,6 +33,9 @@ the next ``load`` hands those fds to libbpf (``bpf_map__reuse_fd``), so cumulati
 histograms and counters, and the NumPy views over them, survive unload/load cycles.
 ``array`` maps a ``BPF_F_MMAPABLE`` array into a NumPy view: reading it is a memory load,
 not a syscall.
+
+Just over 500 lines: probing (``Features``) and loading (``BpfObject``) share the
+hook-choice rules above, which read best next to both.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ Kernel interfaces used:
 - ``PERF_EVENT_IOC_ENABLE`` / ``DISABLE`` / ``RESET`` ioctls, ``read`` of a counter
 
 Every ``OSError`` is translated here into ``rezolus_ue.errors``; callers never see errno.
+
+Over 500 lines because the attr layout, its flag word, the syscall and the errno
+translation are one ABI that only make sense together; the sample ring is apart.
 """
 
 from __future__ import annotations
@@ -85,87 +88,21 @@ PERF_ATTR_SIZE_VER6 = 120
 PERF_ATTR_SIZE_VER7 = 128
 PERF_ATTR_SIZE_VER8 = 136
 
-# --- the perf_event_attr bitfield word (bit positions in declaration order) --------------
-ATTR_DISABLED = 1 << 0
-ATTR_INHERIT = 1 << 1
-ATTR_PINNED = 1 << 2
-ATTR_EXCLUSIVE = 1 << 3
-ATTR_EXCLUDE_USER = 1 << 4
-ATTR_EXCLUDE_KERNEL = 1 << 5
-ATTR_EXCLUDE_HV = 1 << 6
-ATTR_EXCLUDE_IDLE = 1 << 7
-ATTR_MMAP = 1 << 8
-ATTR_COMM = 1 << 9
-ATTR_FREQ = 1 << 10
-ATTR_INHERIT_STAT = 1 << 11
-ATTR_ENABLE_ON_EXEC = 1 << 12
-ATTR_TASK = 1 << 13
-ATTR_WATERMARK = 1 << 14
-ATTR_PRECISE_IP_SHIFT = 15  # two bits: 15-16
+# --- the perf_event_attr bitfield word ----------------------------------------------------
+#: The bitfield's members in declaration order, one per bit (precise_ip has two).
+_BITFIELD = (
+    "disabled", "inherit", "pinned", "exclusive", "exclude_user", "exclude_kernel",
+    "exclude_hv", "exclude_idle", "mmap", "comm", "freq", "inherit_stat", "enable_on_exec",
+    "task", "watermark", "precise_ip", "precise_ip", "mmap_data", "sample_id_all",
+    "exclude_host", "exclude_guest", "exclude_callchain_kernel", "exclude_callchain_user",
+    "mmap2", "comm_exec", "use_clockid", "context_switch", "write_backward", "namespaces",
+    "ksymbol", "bpf_event", "aux_output", "cgroup", "text_poke", "build_id", "inherit_thread",
+    "remove_on_exec", "sigtrap", "aux_start_paused",
+)
+ATTR_PRECISE_IP_SHIFT = _BITFIELD.index("precise_ip")
 ATTR_PRECISE_IP_MASK = 0b11 << ATTR_PRECISE_IP_SHIFT
-ATTR_MMAP_DATA = 1 << 17
-ATTR_SAMPLE_ID_ALL = 1 << 18
-ATTR_EXCLUDE_HOST = 1 << 19
-ATTR_EXCLUDE_GUEST = 1 << 20
-ATTR_EXCLUDE_CALLCHAIN_KERNEL = 1 << 21
-ATTR_EXCLUDE_CALLCHAIN_USER = 1 << 22
-ATTR_MMAP2 = 1 << 23
-ATTR_COMM_EXEC = 1 << 24
-ATTR_USE_CLOCKID = 1 << 25
-ATTR_CONTEXT_SWITCH = 1 << 26
-ATTR_WRITE_BACKWARD = 1 << 27
-ATTR_NAMESPACES = 1 << 28
-ATTR_KSYMBOL = 1 << 29
-ATTR_BPF_EVENT = 1 << 30
-ATTR_AUX_OUTPUT = 1 << 31
-ATTR_CGROUP = 1 << 32
-ATTR_TEXT_POKE = 1 << 33
-ATTR_BUILD_ID = 1 << 34
-ATTR_INHERIT_THREAD = 1 << 35
-ATTR_REMOVE_ON_EXEC = 1 << 36
-ATTR_SIGTRAP = 1 << 37
-ATTR_AUX_START_PAUSED = 1 << 38  # Linux 6.13
-
-# Single-bit flags by their C field name, for PerfEventAttr.set_flags()/flag().
-ATTR_FLAGS: dict[str, int] = {
-    "disabled": ATTR_DISABLED,
-    "inherit": ATTR_INHERIT,
-    "pinned": ATTR_PINNED,
-    "exclusive": ATTR_EXCLUSIVE,
-    "exclude_user": ATTR_EXCLUDE_USER,
-    "exclude_kernel": ATTR_EXCLUDE_KERNEL,
-    "exclude_hv": ATTR_EXCLUDE_HV,
-    "exclude_idle": ATTR_EXCLUDE_IDLE,
-    "mmap": ATTR_MMAP,
-    "comm": ATTR_COMM,
-    "freq": ATTR_FREQ,
-    "inherit_stat": ATTR_INHERIT_STAT,
-    "enable_on_exec": ATTR_ENABLE_ON_EXEC,
-    "task": ATTR_TASK,
-    "watermark": ATTR_WATERMARK,
-    "mmap_data": ATTR_MMAP_DATA,
-    "sample_id_all": ATTR_SAMPLE_ID_ALL,
-    "exclude_host": ATTR_EXCLUDE_HOST,
-    "exclude_guest": ATTR_EXCLUDE_GUEST,
-    "exclude_callchain_kernel": ATTR_EXCLUDE_CALLCHAIN_KERNEL,
-    "exclude_callchain_user": ATTR_EXCLUDE_CALLCHAIN_USER,
-    "mmap2": ATTR_MMAP2,
-    "comm_exec": ATTR_COMM_EXEC,
-    "use_clockid": ATTR_USE_CLOCKID,
-    "context_switch": ATTR_CONTEXT_SWITCH,
-    "write_backward": ATTR_WRITE_BACKWARD,
-    "namespaces": ATTR_NAMESPACES,
-    "ksymbol": ATTR_KSYMBOL,
-    "bpf_event": ATTR_BPF_EVENT,
-    "aux_output": ATTR_AUX_OUTPUT,
-    "cgroup": ATTR_CGROUP,
-    "text_poke": ATTR_TEXT_POKE,
-    "build_id": ATTR_BUILD_ID,
-    "inherit_thread": ATTR_INHERIT_THREAD,
-    "remove_on_exec": ATTR_REMOVE_ON_EXEC,
-    "sigtrap": ATTR_SIGTRAP,
-    "aux_start_paused": ATTR_AUX_START_PAUSED,
-}
+#: Single-bit flags by their C field name, for PerfEventAttr.set_flags()/flag().
+ATTR_FLAGS: dict[str, int] = {n: 1 << bit for bit, n in enumerate(_BITFIELD) if n != "precise_ip"}
 
 
 # --- ioctls -----------------------------------------------------------------------------
@@ -183,7 +120,7 @@ class PerfEventAttr(ctypes.Structure):
     """``struct perf_event_attr`` as of PERF_ATTR_SIZE_VER8 (136 bytes, up to config3).
 
     C unions appear under their first-or-most-used member; the aliases are properties.
-    The bitfield word is the single u64 ``flags``; use the ``ATTR_*`` masks or
+    The bitfield word is the single u64 ``flags``; use the ``ATTR_FLAGS`` masks or
     ``set_flags()``. ``size`` defaults to ``sizeof`` so the kernel knows our version;
     older kernels accept it as long as the fields they don't know are zero.
     """
@@ -192,11 +129,11 @@ class PerfEventAttr(ctypes.Structure):
         ("type", ctypes.c_uint32),
         ("size", ctypes.c_uint32),
         ("config", ctypes.c_uint64),
-        ("sample_period", ctypes.c_uint64),  # union: sample_freq (with ATTR_FREQ)
+        ("sample_period", ctypes.c_uint64),  # union: sample_freq (with the freq flag)
         ("sample_type", ctypes.c_uint64),
         ("read_format", ctypes.c_uint64),
         ("flags", ctypes.c_uint64),  # the bitfield word: disabled, inherit, ...
-        ("wakeup_events", ctypes.c_uint32),  # union: wakeup_watermark (with ATTR_WATERMARK)
+        ("wakeup_events", ctypes.c_uint32),  # union: wakeup_watermark (with the watermark flag)
         ("bp_type", ctypes.c_uint32),
         ("config1", ctypes.c_uint64),  # union: bp_addr, kprobe_func, uprobe_path
         ("config2", ctypes.c_uint64),  # union: bp_len, kprobe_addr, probe_offset

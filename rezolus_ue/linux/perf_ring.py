@@ -11,6 +11,10 @@ Kernel interfaces used:
 - ``/sys/devices/system/cpu/online`` for the per-CPU fan-out
 
 Every ``OSError`` is translated here into ``rezolus_ue.errors``; callers never see errno.
+
+Over 500 lines because decoding a record, the ring it sits in, the event that owns the
+ring and the per-CPU fan-out are one protocol (data_head/data_tail ordering, shared
+rings via SET_OUTPUT) that is easier to check whole.
 """
 
 from __future__ import annotations

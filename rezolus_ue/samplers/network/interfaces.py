@@ -17,12 +17,12 @@ Sources (option ``source``; ``auto`` takes the first that works):
   seccomp policy: ``detail`` says so) and whenever the sysfs root is not ``/sys`` (a
   fixture tree), since netlink always describes the running kernel.
 
-Messages are built and decoded with ``struct`` (``rezolus_ue.linux.rtnetlink``), not
-pyroute2: on the reference host (Linux 6.18, 4 links) pyroute2 0.9.7 takes 1.2-2.2 ms per
-``IPRoute.get_links()`` or ``link('dump')`` and ~0.5 ms for its leanest ``stats('dump',
-filter_mask=1)``, and importing it costs ~250 ms and ~23 MB; a full RTM_GETLINK dump
-decoded so takes 40-70 us (most of it walking the ~38 attributes of each link), the
-RTM_GETSTATS dump 7-11 us. The tests decode the same bytes with pyroute2 and compare.
+Messages are decoded here with ``struct``, not pyroute2: on the reference host (Linux
+6.18, 4 links) pyroute2 0.9.7 takes 1.2-2.2 ms per ``IPRoute.get_links()`` or
+``link('dump')`` and ~0.5 ms for its leanest ``stats('dump', filter_mask=1)``, and importing
+it costs ~250 ms and ~23 MB; a full RTM_GETLINK dump decoded here takes 40-70 us (most of
+it walking the ~38 attributes of each link), the RTM_GETSTATS dump 7-11 us. The tests
+decode the same bytes with pyroute2 and compare.
 
 Interfaces are those of the agent's network namespace, as ``ip link`` lists them; names
 are at most 15 bytes (IFNAMSIZ - 1), so they fit the char[16] label.
