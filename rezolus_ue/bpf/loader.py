@@ -50,6 +50,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tracefs_tools import Tracefs, TracefsError
+
 from ..errors import KernelFeatureMissing, SamplerUnavailable
 from ..linux.perf_event import PERF_TYPE_TRACEPOINT, PerfEventAttr, perf_event_open
 from . import build
@@ -222,9 +224,9 @@ class Features:
         key = f"{category}/{name}"
         if key not in self._tp_ids:
             try:
-                path = self.tracefs / "events" / key / "id" if self.tracefs else None
-                self._tp_ids[key] = int(path.read_text()) if path else None
-            except (OSError, ValueError):
+                tracefs = Tracefs(self.tracefs) if self.tracefs else None
+                self._tp_ids[key] = tracefs.event_id(category, name) if tracefs else None
+            except (TracefsError, ValueError):  # ValueError: not a tracefs name
                 self._tp_ids[key] = None
         return self._tp_ids[key]
 

@@ -16,6 +16,7 @@ import os
 import socket
 import struct
 from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 # --- rtnetlink wire format (linux/netlink.h, linux/rtnetlink.h, linux/if_link.h) -------
 
@@ -47,6 +48,7 @@ RECV_SIZE = 65536
 Rows = dict[str, tuple[int, ...]]
 #: Orders the eight counters of a stats struct (``tuple``: as the struct has them).
 Pick = Callable[[Sequence[int]], tuple[int, ...]]
+T = TypeVar("T")
 
 
 def link_dump_request(seq: int) -> bytes:
@@ -138,24 +140,9 @@ def _ifname(data: bytes, a: int, alen: int) -> str:
 def parse_link_names(data: bytes, seq: int | None = None,
                      names: dict[int, str] | None = None) -> tuple[dict[int, str], bool]:
     """Return ({ifindex: name}, done) from one datagram of an RTM_GETLINK dump."""
-    out: dict[int, str] = {} if names is None else names
-    unpack_nla = _NLATTR.unpack_from
-    for mtype, off, length in messages(data, seq):
-        if mtype == NLMSG_DONE:
-            return out, True
-        if mtype != RTM_NEWLINK or length < _LINK_ATTRS:
-            continue
-        index = _S32.unpack_from(data, off + _HDR + 4)[0]
-        a, end = off + _LINK_ATTRS, off + length
-        while a + 4 <= end:  # IFLA_IFNAME comes first: usually one step
-            alen, atype = unpack_nla(data, a)
-            if alen < 4 or a + alen > end:
-                break
-            if atype & NLA_TYPE_MASK == IFLA_IFNAME:
-                out[index] = _ifname(data, a, alen)
-                break
-            a += (alen + 3) & ~3
-    return out, False
+    # IFLA_IFNAME comes first: the attribute walk is usually one step.
+    return _first_attr_by_index(data, seq, RTM_NEWLINK, _LINK_ATTRS, IFLA_IFNAME, 4, _ifname,
+                                {} if names is None else names)
 
 
 def parse_stats_dump(data: bytes, seq: int | None = None,
@@ -163,21 +150,32 @@ def parse_stats_dump(data: bytes, seq: int | None = None,
                      pick: Pick = tuple) -> tuple[dict[int, tuple[int, ...]], bool]:
     """Return ({ifindex: counters}, done) from one datagram of an
     RTM_GETSTATS dump of IFLA_STATS_LINK_64."""
-    out: dict[int, tuple[int, ...]] = {} if rows is None else rows
+    unpack = _STATS64.unpack_from
+    return _first_attr_by_index(data, seq, RTM_NEWSTATS, _STATS_ATTRS, IFLA_STATS_LINK_64,
+                                4 + _STATS64.size, lambda d, a, _n: pick(unpack(d, a + 4)),
+                                {} if rows is None else rows)
+
+
+def _first_attr_by_index(data: bytes, seq: int | None, mtype_wanted: int, attrs_at: int,
+                         attr: int, min_len: int, decode: Callable[[bytes, int, int], T],
+                         out: dict[int, T]) -> tuple[dict[int, T], bool]:
+    """Return ({ifindex: decode(data, offset, length) of its first ``attr`` attribute of at
+    least ``min_len`` bytes}, done) for the ``mtype_wanted`` messages of one datagram
+    (link and stats messages both carry the ifindex at byte 4 of their header)."""
     unpack_nla = _NLATTR.unpack_from
     for mtype, off, length in messages(data, seq):
         if mtype == NLMSG_DONE:
             return out, True
-        if mtype != RTM_NEWSTATS or length < _STATS_ATTRS:
+        if mtype != mtype_wanted or length < attrs_at:
             continue
         index = _S32.unpack_from(data, off + _HDR + 4)[0]
-        a, end = off + _STATS_ATTRS, off + length
+        a, end = off + attrs_at, off + length
         while a + 4 <= end:
             alen, atype = unpack_nla(data, a)
             if alen < 4 or a + alen > end:
                 break
-            if atype & NLA_TYPE_MASK == IFLA_STATS_LINK_64 and alen >= 4 + _STATS64.size:
-                out[index] = pick(_STATS64.unpack_from(data, a + 4))
+            if atype & NLA_TYPE_MASK == attr and alen >= min_len:
+                out[index] = decode(data, a, alen)
                 break
             a += (alen + 3) & ~3
     return out, False
