@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from rezolus_ue.linux.user_events import WORDS, Registration, UserEventsData  # noqa: E402
 from rezolus_ue.schema import CPU_USAGE  # noqa: E402
-from rezolus_ue.user_events import WORDS, Registration, UserEventsData  # noqa: E402
 
 
 def per_op_ns(fns: dict, n: int, repeat: int = 9) -> dict[str, float]:  # type: ignore[type-arg]

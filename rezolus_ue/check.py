@@ -23,7 +23,7 @@ from tracefs_tools import Tracefs, TracefsError, find_tracefs
 from .bpf.loader import release_probes
 from .config import Config
 from .errors import KernelFeatureMissing, RezolusError, SamplerUnavailable
-from .user_events import missing_user_events_hint
+from .linux.user_events import missing_user_events_hint
 
 if TYPE_CHECKING:
     from .samplers.base import Sampler
@@ -105,11 +105,7 @@ def _probe_btf() -> Result:
 
 
 def _probe_perf() -> list[Result]:
-    from .perf_event import (
-        PERF_COUNT_HW_CPU_CYCLES,
-        PERF_COUNT_SW_CPU_CLOCK,
-        PerfEvent,
-    )
+    from .linux.perf_event import PERF_COUNT_HW_CPU_CYCLES, PERF_COUNT_SW_CPU_CLOCK, PerfEvent
 
     out = []
     try:
@@ -267,12 +263,13 @@ def probe_samplers(config: Config, user: str | None = None) -> list[Result]:
     The first result is that line: the privileges the samplers were checked with.
     """
     from . import privilege
-    from .cli import PROG
+    from .cli_base import PROG
+    from .linux import capabilities
 
     drops = bool(config.agent.get("drop_capabilities", True)) or user is not None
     if os.geteuid() != 0:
-        held = privilege.members(privilege.current().get("CapEff", 0))
-        caps = ", ".join(sorted(privilege.cap_name(n) for n in held)) or "no capabilities"
+        held = capabilities.members(capabilities.current().get("CapEff", 0))
+        caps = ", ".join(sorted(capabilities.cap_name(n) for n in held)) or "no capabilities"
         line = Result("privileges", "warn",
                       f"not root: samplers checked as uid {os.getuid()} with {caps}, not as"
                       f" `sudo {PROG} run` runs them (rerun as root)")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from . import __version__
 from . import config as cfg
+from .cli_base import PROG, Parser
 from .errors import ConfigError, KernelFeatureMissing, RezolusError, os_error_text
 
-PROG = "rezolus-ue"
 log = logging.getLogger("rezolus_ue")
 
 _DESCRIPTION = """\
@@ -46,12 +46,6 @@ def _duration(text: str) -> int:
     return ns
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        # One line plus where to look, instead of argparse's full usage block.
-        self.exit(2, f"{self.prog}: error: {message}\nTry '{self.prog} --help'.\n")
-
-
 #: Commands defined here; the others come from modules imported only when needed.
 _BUILTIN = ("run", "events", "check")
 
@@ -68,10 +62,10 @@ def build_parser(lean: bool = False) -> argparse.ArgumentParser:
     server, top's rich UI, ...) take ~0.3 s to import on the reference VM, several seconds
     under an emulated CPU: ``run`` and ``check`` do not pay for them."""
     fmt = argparse.RawDescriptionHelpFormatter
-    p = _Parser(prog=PROG, description=_DESCRIPTION, epilog=_EPILOG, formatter_class=fmt)
+    p = Parser(prog=PROG, description=_DESCRIPTION, epilog=_EPILOG, formatter_class=fmt)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--debug", action="store_true", help="show tracebacks for internal errors")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     run = sub.add_parser(
         "run", formatter_class=fmt, help="run the agent (publish until SIGINT/SIGTERM)",

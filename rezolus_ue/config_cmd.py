@@ -21,7 +21,6 @@ import tomlkit.items
 from . import config as cfg
 from .errors import ConfigError
 
-PROG = "rezolus-ue"
 #: The trailing comment of a value ``show`` filled in.
 DEFAULT_MARK = "default"
 STDIN = Path("-")

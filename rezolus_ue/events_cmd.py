@@ -184,7 +184,7 @@ def delete_events(names: list[str]) -> int:
     match an event that has fields (Linux 6.12 wants the whole field list too).
     """
     from .errors import RezolusError
-    from .user_events import UserEventsData
+    from .linux.user_events import UserEventsData
 
     con = Console(highlight=False, stderr=True)
     root = find_tracefs(mount=os.geteuid() == 0)

@@ -13,82 +13,40 @@ capability from the effective, permitted, inheritable, ambient and bounding sets
 compromised agent cannot regain them, not even through exec. The enable words, the
 ``user_events_data`` fd and the kept-open procfs fds stay valid.
 
-Capability numbers are from ``include/uapi/linux/capability.h``; sets are read from
-``/proc/self/status`` (injectable) and changed with ``capset(2)`` and ``prctl(2)``.
+The capability ABI (numbers, ``/proc/self/status``, ``capset(2)``, ``prctl(2)``) is
+``rezolus_ue.linux.capabilities``; this module is the policy.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from .linux.capabilities import (
+    CAPS,
+    ambient_clear,
+    bounding_drop,
+    cap_name,
+    capset,
+    current,
+    last_cap,
+    members,
+    set_keepcaps,
+)
+
 log = logging.getLogger("rezolus_ue")
 
-#: The capabilities rezolus-ue knows by name (the full list is in capability.h).
-CAPS = {
-    "CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_DAC_READ_SEARCH": 2, "CAP_FOWNER": 3,
-    "CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SETPCAP": 8,
-    "CAP_NET_ADMIN": 12, "CAP_IPC_LOCK": 14, "CAP_SYS_MODULE": 16, "CAP_SYS_PTRACE": 19,
-    "CAP_SYS_ADMIN": 21, "CAP_SYS_RESOURCE": 24, "CAP_SYSLOG": 34, "CAP_PERFMON": 38,
-    "CAP_BPF": 39,
-}
-NAMES = {v: k for k, v in CAPS.items()}
 #: What the running agent keeps (see the module docstring for why each).
 RUNTIME_CAPS = ("CAP_BPF", "CAP_PERFMON")
-
-_LINUX_CAPABILITY_VERSION_3 = 0x20080522
-PR_SET_KEEPCAPS = 8
-PR_CAPBSET_DROP = 24
-PR_CAP_AMBIENT = 47
-PR_CAP_AMBIENT_CLEAR_ALL = 4
-
-
-class _Header(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _Data(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
-
-
-def cap_name(n: int) -> str:
-    """Return ``CAP_BPF`` for 39 (``cap_<n>`` for a number we have no name for)."""
-    return NAMES.get(n, f"cap_{n}")
-
-
-def parse_status(text: str) -> dict[str, int]:
-    """Return the Cap* masks of a ``/proc/<pid>/status`` text: {"CapEff": mask, ...}."""
-    out = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.startswith("Cap"):
-            out[key] = int(value.strip(), 16)
-    return out
-
-
-def current(procfs: Path = Path("/proc")) -> dict[str, int]:
-    """Return this process's capability masks (CapInh, CapPrm, CapEff, CapBnd, CapAmb)."""
-    return parse_status((procfs / "self/status").read_text())
-
-
-def members(mask: int) -> set[int]:
-    """Return the capability numbers set in ``mask``."""
-    return {n for n in range(64) if mask >> n & 1}
 
 
 def missing(wanted: Iterable[str], procfs: Path = Path("/proc")) -> list[str]:
     """Return the capabilities of ``wanted`` this process does not have in effect."""
     eff = current(procfs).get("CapEff", 0)
     return [c for c in wanted if not eff >> CAPS[c] & 1]
-
-
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
 
 
 def drop_to(keep: Iterable[str] = RUNTIME_CAPS, procfs: Path = Path("/proc"),
@@ -104,25 +62,13 @@ def drop_to(keep: Iterable[str] = RUNTIME_CAPS, procfs: Path = Path("/proc"),
     before = current(procfs)
     held = members(before.get("CapPrm", 0))
     keep_nums = {CAPS[c] for c in keep} & held
-    libc = _libc()
-    last = _last_cap(procfs)
-    for n in range(last + 1):
+    for n in range(last_cap(procfs) + 1):
         if n not in keep_nums and before.get("CapBnd", 0) >> n & 1:
-            # EINVAL: unknown to this kernel; EPERM: no CAP_SETPCAP (bounding set stays).
-            libc.prctl(PR_CAPBSET_DROP, n, 0, 0, 0)
-    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+            bounding_drop(n)  # refused without CAP_SETPCAP: the bounding set stays
+    ambient_clear()
     if user is not None:
-        become(user, libc)
-    mask = sum(1 << n for n in keep_nums)
-    header = _Header(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (_Data * 2)()
-    for i in range(2):
-        word = (mask >> (32 * i)) & 0xFFFFFFFF
-        data[i].effective = data[i].permitted = word
-        data[i].inheritable = 0
-    if libc.capset(ctypes.byref(header), data) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"capset: {os.strerror(err)}")
+        become(user)
+    capset(sum(1 << n for n in keep_nums))
     return sorted(cap_name(n) for n in held - keep_nums)
 
 
@@ -139,30 +85,20 @@ def require_user(user: str) -> None:
                            " `rezolus-ue install-service`, which runs systemd-sysusers)") from None
 
 
-def become(user: str, libc: ctypes.CDLL | None = None) -> None:
+def become(user: str) -> None:
     """Switch uid, gid and groups to ``user``'s, keeping the permitted capabilities."""
     import grp
     import pwd
 
     pw = pwd.getpwnam(user)
     groups = [g.gr_gid for g in grp.getgrall() if user in g.gr_mem]
-    libc = libc or _libc()
-    if libc.prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"prctl(PR_SET_KEEPCAPS): {os.strerror(err)}")
+    set_keepcaps(True)
     try:
         os.setgroups(sorted({pw.pw_gid, *groups}))
         os.setgid(pw.pw_gid)
         os.setuid(pw.pw_uid)
     finally:
-        libc.prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0)
-
-
-def _last_cap(procfs: Path) -> int:
-    try:
-        return int((procfs / "sys/kernel/cap_last_cap").read_text())
-    except (OSError, ValueError):
-        return 40
+        set_keepcaps(False)
 
 
 def drop_after_start(procfs: Path = Path("/proc"), user: str | None = None) -> None:

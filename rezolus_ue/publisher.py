@@ -10,8 +10,8 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
+from .linux.user_events import REG_MULTI_FORMAT, REG_PERSIST, Registration, Stats, UserEventsData
 from .schema import EventSchema
-from .user_events import REG_MULTI_FORMAT, REG_PERSIST, Registration, Stats, UserEventsData
 
 EventHandle = Registration
 

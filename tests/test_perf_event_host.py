@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from rezolus_ue import perf_event as pe
 from rezolus_ue.errors import KernelFeatureMissing
+from rezolus_ue.linux import perf_event as pe
+from rezolus_ue.linux import perf_ring as pr
 
 pytestmark = [
     pytest.mark.host,
@@ -64,10 +65,10 @@ def trigger(tracefs: Path) -> tuple[Path, int, Callable[[], None]]:
 
 
 def collect_own(
-    sub: pe.TracepointSubscription, want: int, timeout_s: float = 3.0
-) -> list[pe.Sample]:
+    sub: pr.TracepointSubscription, want: int, timeout_s: float = 3.0
+) -> list[pr.Sample]:
     """Return samples of this process from ``sub`` until ``want`` arrived or time is up."""
-    got: list[pe.Sample] = []
+    got: list[pr.Sample] = []
     deadline = time.monotonic() + timeout_s
     while len(got) < want and time.monotonic() < deadline:
         got += [s for s in sub.poll(50) if s.pid == os.getpid()]
@@ -119,9 +120,9 @@ def test_tracepoint_subscription_receives_every_hit(
     tracing_on = (tracefs / "tracing_on").read_text()
     enable = (event_dir / "enable").read_text()
     in_trace = (tracefs / "trace").read_text().count(event_dir.name.removeprefix("sys_enter_"))
-    cpus = pe.online_cpus()
+    cpus = pr.online_cpus()
 
-    with pe.TracepointSubscription(tp, sample_type=SAMPLE_TYPE) as sub:
+    with pr.TracepointSubscription(tp, sample_type=SAMPLE_TYPE) as sub:
         assert len(sub.events) == len(cpus)
         assert (event_dir / "enable").read_text() == enable
         t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
@@ -146,8 +147,8 @@ def test_tracepoint_subscription_receives_every_hit(
 
 def test_two_subscriptions_are_independent(trigger: tuple[Path, int, Callable[[], None]]) -> None:
     _, tp, fire = trigger
-    a = pe.TracepointSubscription(tp, sample_type=SAMPLE_TYPE)
-    b = pe.TracepointSubscription(tp, sample_type=SAMPLE_TYPE)
+    a = pr.TracepointSubscription(tp, sample_type=SAMPLE_TYPE)
+    b = pr.TracepointSubscription(tp, sample_type=SAMPLE_TYPE)
     try:
         for _ in range(N):
             fire()
@@ -169,7 +170,7 @@ def test_tracepoint_event_disable_stops_samples(
     trigger: tuple[Path, int, Callable[[], None]],
 ) -> None:
     _, tp, fire = trigger
-    with pe.TracepointSubscription(tp, sample_type=SAMPLE_TYPE) as sub:
+    with pr.TracepointSubscription(tp, sample_type=SAMPLE_TYPE) as sub:
         for ev in sub.events:
             ev.disable()
         for _ in range(5):
@@ -189,7 +190,7 @@ def test_small_ring_wraps_and_reports_overflow_as_lost(
     # Pinned, so the overflowing ring and the event that reports its drops share a CPU.
     os.sched_setaffinity(0, {min(affinity)})
     try:
-        with pe.TracepointSubscription(tp, sample_type=SAMPLE_TYPE, ring_pages=1) as sub:
+        with pr.TracepointSubscription(tp, sample_type=SAMPLE_TYPE, ring_pages=1) as sub:
             # Drained often: the one-page ring wraps many times without losing anything.
             got = 0
             for _ in range(40):
@@ -225,7 +226,7 @@ def _second_tracepoint(tracefs: Path) -> tuple[int, Callable[[], None]]:
     return tp, os.getpid
 
 
-def own(samples: list[pe.Sample]) -> list[pe.Sample]:
+def own(samples: list[pr.Sample]) -> list[pr.Sample]:
     return [s for s in samples if s.pid == os.getpid()]
 
 
@@ -234,8 +235,8 @@ def test_rings_carry_every_tracepoint_added_while_sampling(
 ) -> None:
     _, tp, fire = trigger
     tp2, fire2 = _second_tracepoint(tracefs)
-    cpus = pe.online_cpus()
-    with pe.TracepointRings(sample_type=SAMPLE_TYPE, ring_pages=8) as rings:
+    cpus = pr.online_cpus()
+    with pr.TracepointRings(sample_type=SAMPLE_TYPE, ring_pages=8) as rings:
         assert len(rings.owners) == len(cpus)  # one ring per CPU, before any tracepoint
         rings.add(tp)
         for _ in range(N):
@@ -265,8 +266,8 @@ def test_two_rings_are_independent_and_count_their_drops(
     affinity = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(affinity)})  # the overflowing ring is this CPU's
     try:
-        with pe.TracepointRings(sample_type=SAMPLE_TYPE, ring_pages=1) as small, \
-                pe.TracepointRings(sample_type=SAMPLE_TYPE, ring_pages=64) as big:
+        with pr.TracepointRings(sample_type=SAMPLE_TYPE, ring_pages=1) as small, \
+                pr.TracepointRings(sample_type=SAMPLE_TYPE, ring_pages=64) as big:
             small.add(tp)
             big.add(tp)
             for _ in range(1000):  # a page holds far fewer
@@ -299,7 +300,7 @@ def test_close_interrupted_after_os_close_never_closes_the_fd_again(
         real_close(fd)
         raise KeyboardInterrupt
 
-    rings = pe.TracepointRings(sample_type=SAMPLE_TYPE, ring_pages=1)
+    rings = pr.TracepointRings(sample_type=SAMPLE_TYPE, ring_pages=1)
     rings.add(tp)
     fds = [e.fd for es in rings._events.values() for e in es] + [o.fd for o in rings.owners]
     monkeypatch.setattr(pe.os, "close", close_then_interrupt)

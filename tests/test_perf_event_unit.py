@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from rezolus_ue import perf_event as pe
 from rezolus_ue.errors import KernelFeatureMissing, PermissionDenied, RezolusError
+from rezolus_ue.linux import perf_event as pe
+from rezolus_ue.linux import perf_ring as pr
+from rezolus_ue.linux import procfs
 
 # (field, offset, size) of struct perf_event_attr, PERF_ATTR_SIZE_VER8.
 ATTR_LAYOUT = [
@@ -149,7 +151,7 @@ def test_constants_match_header() -> None:
     assert pe.PERF_COUNT_HW_BRANCH_MISSES == 5
     assert pe.PERF_SAMPLE_RAW == 0x400
     assert pe.PERF_SAMPLE_IDENTIFIER == 0x10000
-    assert (pe.PERF_RECORD_LOST, pe.PERF_RECORD_SAMPLE, pe.PERF_RECORD_LOST_SAMPLES) == (2, 9, 13)
+    assert (pr.PERF_RECORD_LOST, pr.PERF_RECORD_SAMPLE, pr.PERF_RECORD_LOST_SAMPLES) == (2, 9, 13)
     assert pe.PERF_FLAG_FD_CLOEXEC == 8
 
 
@@ -164,8 +166,8 @@ def test_ioctl_numbers() -> None:
 
 def test_mmap_page_control_offsets() -> None:
     # struct perf_event_mmap_page pads its self-monitoring part to 1 KiB.
-    assert (pe.MMAP_PAGE_DATA_HEAD, pe.MMAP_PAGE_DATA_TAIL) == (1024, 1032)
-    assert (pe.MMAP_PAGE_DATA_OFFSET, pe.MMAP_PAGE_DATA_SIZE) == (1040, 1048)
+    assert (pr.MMAP_PAGE_DATA_HEAD, pr.MMAP_PAGE_DATA_TAIL) == (1024, 1032)
+    assert (pr.MMAP_PAGE_DATA_OFFSET, pr.MMAP_PAGE_DATA_SIZE) == (1040, 1048)
 
 
 @pytest.mark.parametrize(
@@ -232,25 +234,25 @@ def test_einval_carries_the_attr_summary() -> None:
     ],
 )
 def test_parse_cpu_list(text: str, cpus: list[int]) -> None:
-    assert pe.parse_cpu_list(text) == cpus
+    assert procfs.parse_cpu_list(text) == cpus
 
 
 @pytest.mark.parametrize("text", ["a", "1-", "-1", "3-1", "0-x"])
 def test_parse_cpu_list_rejects_garbage(text: str) -> None:
     with pytest.raises(ValueError):
-        pe.parse_cpu_list(text)
+        procfs.parse_cpu_list(text)
 
 
 def test_online_cpus_reads_injected_sysfs(tmp_path: Path) -> None:
     d = tmp_path / "devices/system/cpu"
     d.mkdir(parents=True)
     (d / "online").write_text("0-1,4\n")
-    assert pe.online_cpus(str(tmp_path)) == [0, 1, 4]
+    assert pr.online_cpus(str(tmp_path)) == [0, 1, 4]
 
 
 def test_online_cpus_missing_file_is_a_rezolus_error(tmp_path: Path) -> None:
     with pytest.raises(RezolusError, match="online"):
-        pe.online_cpus(str(tmp_path))
+        pr.online_cpus(str(tmp_path))
 
 
 # --- ring buffer decoding ----------------------------------------------------------------
@@ -296,18 +298,18 @@ TP_SAMPLE_TYPE = pe.PERF_SAMPLE_TID | pe.PERF_SAMPLE_TIME | pe.PERF_SAMPLE_CPU |
 
 def tp_sample(pid: int, time: int, cpu: int, payload: bytes) -> bytes:
     body = struct.pack("=IIQII", pid, pid + 1, time, cpu, 0) + raw_field(payload)
-    return record(pe.PERF_RECORD_SAMPLE, body)
+    return record(pr.PERF_RECORD_SAMPLE, body)
 
 
 def test_ring_decodes_samples_and_writes_back_tail() -> None:
     ring = FakeRing()
     ring.write(tp_sample(100, 5000, 1, b"\x31\x01abcd"))
     ring.write(tp_sample(200, 6000, 0, b"xy"))
-    rb = pe.RingBuffer(ring.buf, TP_SAMPLE_TYPE, page_size=PAGE)
+    rb = pr.RingBuffer(ring.buf, TP_SAMPLE_TYPE, page_size=PAGE)
     samples = rb.read()
     assert samples == [
-        pe.Sample(time=5000, cpu=1, pid=100, tid=101, raw=b"\x31\x01abcd"),
-        pe.Sample(time=6000, cpu=0, pid=200, tid=201, raw=b"xy"),
+        pr.Sample(time=5000, cpu=1, pid=100, tid=101, raw=b"\x31\x01abcd"),
+        pr.Sample(time=6000, cpu=0, pid=200, tid=201, raw=b"xy"),
     ]
     assert ring.tail == ring.head
     assert rb.read() == []
@@ -316,7 +318,7 @@ def test_ring_decodes_samples_and_writes_back_tail() -> None:
 
 def test_ring_record_wrapping_the_end_of_the_data_area() -> None:
     ring = FakeRing()
-    rb = pe.RingBuffer(ring.buf, TP_SAMPLE_TYPE, page_size=PAGE)
+    rb = pr.RingBuffer(ring.buf, TP_SAMPLE_TYPE, page_size=PAGE)
     filler = tp_sample(1, 1, 0, b"f" * 180)  # 8 + 24 + 184 = 216 bytes
     ring.write(filler)
     assert len(rb.read()) == 1
@@ -333,7 +335,7 @@ def test_ring_record_wrapping_the_end_of_the_data_area() -> None:
 
 def test_ring_header_wrapping_exactly_at_the_end() -> None:
     ring = FakeRing()
-    rb = pe.RingBuffer(ring.buf, TP_SAMPLE_TYPE, page_size=PAGE)
+    rb = pr.RingBuffer(ring.buf, TP_SAMPLE_TYPE, page_size=PAGE)
     ring.write(tp_sample(1, 1, 0, b"f" * 220))  # 8 + 24 + 224 = 256: fills the ring
     assert len(rb.read()) == 1
     ring.write(tp_sample(2, 2, 0, b"next"))  # starts at offset 0 again
@@ -342,17 +344,17 @@ def test_ring_header_wrapping_exactly_at_the_end() -> None:
 
 def test_ring_counts_lost_and_skips_other_records() -> None:
     ring = FakeRing()
-    rb = pe.RingBuffer(ring.buf, TP_SAMPLE_TYPE, page_size=PAGE)
+    rb = pr.RingBuffer(ring.buf, TP_SAMPLE_TYPE, page_size=PAGE)
     ring.write(tp_sample(1, 10, 0, b"a"))
-    ring.write(record(pe.PERF_RECORD_LOST, struct.pack("=QQ", 77, 5)))
-    ring.write(record(pe.PERF_RECORD_THROTTLE, struct.pack("=QQQ", 1, 2, 3)))
-    ring.write(record(pe.PERF_RECORD_LOST_SAMPLES, struct.pack("=Q", 2)))
+    ring.write(record(pr.PERF_RECORD_LOST, struct.pack("=QQ", 77, 5)))
+    ring.write(record(pr.PERF_RECORD_THROTTLE, struct.pack("=QQQ", 1, 2, 3)))
+    ring.write(record(pr.PERF_RECORD_LOST_SAMPLES, struct.pack("=Q", 2)))
     ring.write(tp_sample(2, 20, 1, b"b"))
     samples = rb.read()
     assert [s.raw for s in samples] == [b"a", b"b"]
     assert rb.lost == 7
     assert rb.skipped == 1
-    ring.write(record(pe.PERF_RECORD_LOST, struct.pack("=QQ", 77, 1)))
+    ring.write(record(pr.PERF_RECORD_LOST, struct.pack("=QQ", 77, 1)))
     assert rb.read() == []
     assert rb.lost == 8
 
@@ -361,15 +363,15 @@ def test_ring_without_advertised_layout_uses_page_one() -> None:
     # Kernels before 4.1 leave data_offset/data_size zero: data starts at page 1.
     ring = FakeRing(advertise_layout=False)
     ring.write(tp_sample(3, 30, 0, b"old"))
-    rb = pe.RingBuffer(ring.buf, TP_SAMPLE_TYPE, page_size=PAGE)
+    rb = pr.RingBuffer(ring.buf, TP_SAMPLE_TYPE, page_size=PAGE)
     assert (rb.data_offset, rb.data_size) == (PAGE, DATA_SIZE)
     assert [s.raw for s in rb.read()] == [b"old"]
 
 
 def test_ring_counts_malformed_samples_and_moves_on() -> None:
     ring = FakeRing()
-    rb = pe.RingBuffer(ring.buf, TP_SAMPLE_TYPE, page_size=PAGE)
-    ring.write(record(pe.PERF_RECORD_SAMPLE, struct.pack("=Q", 1)))  # too short
+    rb = pr.RingBuffer(ring.buf, TP_SAMPLE_TYPE, page_size=PAGE)
+    ring.write(record(pr.PERF_RECORD_SAMPLE, struct.pack("=Q", 1)))  # too short
     ring.write(tp_sample(4, 40, 0, b"ok"))
     assert [s.raw for s in rb.read()] == [b"ok"]
     assert rb.malformed == 1
@@ -380,7 +382,7 @@ def test_ring_rejects_a_bad_layout() -> None:
     buf = bytearray(PAGE + 300)
     struct.pack_into("=QQ", buf, 1040, PAGE, 300)  # not a power of two
     with pytest.raises(ValueError):
-        pe.RingBuffer(buf, TP_SAMPLE_TYPE, page_size=PAGE)
+        pr.RingBuffer(buf, TP_SAMPLE_TYPE, page_size=PAGE)
 
 
 def test_decoder_all_fixed_fields_in_abi_order() -> None:
@@ -398,14 +400,14 @@ def test_decoder_all_fixed_fields_in_abi_order() -> None:
     )
     body = struct.pack("=QQIIQQQIIQ", 9, 0xFFFF1234, 10, 11, 12, 0xADD, 13, 3, 0xDEAD, 1)
     body += struct.pack("=QQQ", 2, 0xA, 0xB) + raw_field(b"raw!")
-    s = pe.SampleDecoder(st).decode(body)
+    s = pr.SampleDecoder(st).decode(body)
     assert (s.id, s.ip, s.pid, s.tid, s.time, s.addr) == (9, 0xFFFF1234, 10, 11, 12, 0xADD)
     assert (s.stream_id, s.cpu, s.period, s.callchain, s.raw) == (13, 3, 1, (0xA, 0xB), b"raw!")
 
 
 def test_decoder_id_and_period() -> None:
     st = pe.PERF_SAMPLE_TIME | pe.PERF_SAMPLE_ID | pe.PERF_SAMPLE_PERIOD
-    s = pe.SampleDecoder(st).decode(struct.pack("=QQQ", 100, 5, 1))
+    s = pr.SampleDecoder(st).decode(struct.pack("=QQQ", 100, 5, 1))
     assert (s.time, s.id, s.period, s.cpu, s.raw) == (100, 5, 1, None, None)
 
 
@@ -426,7 +428,7 @@ def test_decoder_skips_read_values(read_format: int, read_words: list[int]) -> N
     st = pe.PERF_SAMPLE_TIME | pe.PERF_SAMPLE_READ | pe.PERF_SAMPLE_RAW
     body = struct.pack("=Q", 77) + struct.pack(f"={len(read_words)}Q", *read_words)
     body += raw_field(b"after-read")
-    s = pe.SampleDecoder(st, read_format).decode(body)
+    s = pr.SampleDecoder(st, read_format).decode(body)
     assert (s.time, s.raw) == (77, b"after-read")
 
 
@@ -439,7 +441,7 @@ def test_counter_value_scaling() -> None:
 
 def test_tracepoint_rejects_non_power_of_two_ring() -> None:
     with pytest.raises(ValueError, match="power of two"):
-        pe.PerfEvent.tracepoint(1, 0, ring_pages=3)
+        pr.RingEvent.tracepoint(1, 0, ring_pages=3)
 
 
 def test_group_read_format_is_refused_before_opening(monkeypatch: pytest.MonkeyPatch) -> None:

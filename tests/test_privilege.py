@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from rezolus_ue import privilege
+from rezolus_ue.linux import capabilities
 
 STATUS = """Name:\tpython3
 CapInh:\t0000000000000000
@@ -23,10 +24,10 @@ NoNewPrivs:\t0
 
 
 def test_parse_status_and_members() -> None:
-    caps = privilege.parse_status(STATUS)
+    caps = capabilities.parse_status(STATUS)
     assert caps["CapEff"] == (1 << 41) - 1 and caps["CapInh"] == 0
-    assert privilege.members(1 << 39 | 1 << 38) == {38, 39}
-    assert privilege.cap_name(39) == "CAP_BPF" and privilege.cap_name(63) == "cap_63"
+    assert capabilities.members(1 << 39 | 1 << 38) == {38, 39}
+    assert capabilities.cap_name(39) == "CAP_BPF" and capabilities.cap_name(63) == "cap_63"
 
 
 def test_missing_names_what_is_not_in_effect(tmp_path: Path) -> None:
@@ -40,6 +41,7 @@ def test_missing_names_what_is_not_in_effect(tmp_path: Path) -> None:
 DROP_THEN_USE_BPF = """
 import json, os
 from rezolus_ue import privilege
+from rezolus_ue.linux import capabilities
 from rezolus_ue.samplers import Roots, SamplerContext
 from rezolus_ue.samplers.scheduler_runqueue import SchedulerRunqueue
 s = SchedulerRunqueue(SamplerContext(Roots(), {"attach": "auto", "collect": "on-demand"}))
@@ -49,7 +51,7 @@ s.activate()
 attached = s.bpf.attached
 s.deactivate()
 s.close()
-print(json.dumps({"caps": privilege.current(), "dropped": dropped, "attached": attached}))
+print(json.dumps({"caps": capabilities.current(), "dropped": dropped, "attached": attached}))
 """
 
 
@@ -66,7 +68,7 @@ def test_after_dropping_the_agent_still_loads_and_attaches_bpf() -> None:
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.splitlines()[-1])
-    want = 1 << privilege.CAPS["CAP_BPF"] | 1 << privilege.CAPS["CAP_PERFMON"]
+    want = 1 << capabilities.CAPS["CAP_BPF"] | 1 << capabilities.CAPS["CAP_PERFMON"]
     caps = out["caps"]
     assert caps["CapEff"] == caps["CapPrm"] == caps["CapBnd"] == want
     assert caps["CapInh"] == caps.get("CapAmb", 0) == 0
@@ -100,7 +102,7 @@ def test_as_another_user_the_agent_still_loads_and_attaches_bpf() -> None:
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.splitlines()[-1])
     assert out["uid"] == out["euid"] == nobody
-    want = 1 << privilege.CAPS["CAP_BPF"] | 1 << privilege.CAPS["CAP_PERFMON"]
+    want = 1 << capabilities.CAPS["CAP_BPF"] | 1 << capabilities.CAPS["CAP_PERFMON"]
     assert out["caps"]["CapEff"] == out["caps"]["CapPrm"] == want
     assert "CAP_SETUID" in out["dropped"]
     assert out["attached"] is True

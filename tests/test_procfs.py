@@ -11,7 +11,7 @@ import pytest
 from helpers import rewrite_in_place
 
 from rezolus_ue.errors import PermissionDenied
-from rezolus_ue.procfs import KeptOpen, shared
+from rezolus_ue.linux.procfs import KeptOpen, shared
 
 
 def test_read_rereads_from_the_start(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rezolus_ue.cli import _Parser
+from rezolus_ue.cli_base import Parser as _Parser
 from rezolus_ue.consume import recfile, recorder
 from rezolus_ue.consume.recfile import RecordingError, ScanStats, read_records
 from rezolus_ue.consume.records import Record

@@ -35,17 +35,17 @@ from helpers import (
 
 from rezolus_ue import config
 from rezolus_ue.errors import SamplerUnavailable
+from rezolus_ue.linux import rtnetlink as rtnl
+from rezolus_ue.linux.rtnetlink import IFLA_STATS64, parse_link_names
 from rezolus_ue.metrics.catalog import NETWORK
 from rezolus_ue.samplers.network import interfaces as ni
 from rezolus_ue.samplers.network.interfaces import (
     COUNTERS,
-    IFLA_STATS64,
     NetworkInterfaces,
     RtnlLinks,
     SysfsLinks,
     interface_filter,
     parse_link_dump,
-    parse_link_names,
     parse_stats_dump,
 )
 
@@ -90,14 +90,14 @@ def drop_attribute(data: bytes, atype: int) -> bytes:
     out = []
     for m in messages(data):
         _length, mtype, flags, seq, pid = HDR.unpack_from(m)
-        if mtype != ni.RTM_NEWLINK:
+        if mtype != rtnl.RTM_NEWLINK:
             out.append(m)
             continue
         body, a = bytearray(m[HDR.size:HDR.size + 16]), HDR.size + 16
         while a + 4 <= len(m):
             alen, t = NLA.unpack_from(m, a)
             step = (alen + 3) & ~3
-            if t & ni.NLA_TYPE_MASK != atype:
+            if t & rtnl.NLA_TYPE_MASK != atype:
                 body += m[a:a + step]
             a += step
         out.append(HDR.pack(HDR.size + len(body), mtype, flags, seq, pid) + bytes(body))
@@ -106,7 +106,7 @@ def drop_attribute(data: bytes, atype: int) -> bytes:
 
 def only_links(data: bytes, indexes: set[int]) -> bytes:
     """Return an RTM_GETLINK dump keeping only the links of ``indexes`` (and NLMSG_DONE)."""
-    return join([m for m in messages(data) if HDR.unpack_from(m)[1] != ni.RTM_NEWLINK
+    return join([m for m in messages(data) if HDR.unpack_from(m)[1] != rtnl.RTM_NEWLINK
                  or struct.unpack_from("=i", m, HDR.size + 4)[0] in indexes])
 
 
@@ -116,9 +116,9 @@ def renamed(data: bytes, old: str, new: str) -> bytes:
     return data.replace(old.encode() + b"\0", new.encode() + b"\0")
 
 
-def nlmsg_error(seq: int, err: int, mtype: int = ni.NLMSG_ERROR) -> bytes:
-    return HDR.pack(36 if mtype == ni.NLMSG_ERROR else 20, mtype, 0, seq, 0) + \
-        struct.pack("=i", -err) + (HDR.pack(0, 0, 0, seq, 0) if mtype == ni.NLMSG_ERROR else b"")
+def nlmsg_error(seq: int, err: int, mtype: int = rtnl.NLMSG_ERROR) -> bytes:
+    return HDR.pack(36 if mtype == rtnl.NLMSG_ERROR else 20, mtype, 0, seq, 0) + \
+        struct.pack("=i", -err) + (HDR.pack(0, 0, 0, seq, 0) if mtype == rtnl.NLMSG_ERROR else b"")
 
 
 GETLINK = (NETLINK / "getlink-modern.bin").read_bytes()
@@ -187,7 +187,7 @@ def encode_link(name: str, stats: dict | None, seq: int = 7, index: int = 9,
     if stats is not None:
         attrs.append((stats_attr, stats))
     msg["attrs"] = attrs
-    msg["header"]["type"] = ni.RTM_NEWLINK
+    msg["header"]["type"] = rtnl.RTM_NEWLINK
     msg["header"]["sequence_number"] = seq
     msg.encode()
     return bytes(msg.data)
@@ -245,8 +245,8 @@ def test_malformed_attribute_lengths_end_the_link() -> None:
     # nla_len 0 would loop forever if trusted; nla_len past the message is cut off.
     for bad_len in (0, 3, 0xFFFF):
         hdr_len = HDR.size + 16 + 8
-        msg = (HDR.pack(hdr_len, ni.RTM_NEWLINK, 2, 1, 0) + b"\0" * 16
-               + NLA.pack(bad_len, ni.IFLA_IFNAME) + b"lo\0\0")
+        msg = (HDR.pack(hdr_len, rtnl.RTM_NEWLINK, 2, 1, 0) + b"\0" * 16
+               + NLA.pack(bad_len, rtnl.IFLA_IFNAME) + b"lo\0\0")
         assert parse_link_dump(msg + nlmsg_error(1, 0, ni.NLMSG_DONE), 1) == ({}, True)
 
 
@@ -384,7 +384,7 @@ class FakeSocket:
     def send(self, req: bytes) -> int:
         _len, mtype, _flags, seq, _pid = HDR.unpack_from(req)
         self.k.requests.append(mtype)
-        if mtype == ni.RTM_GETLINK:
+        if mtype == rtnl.RTM_GETLINK:
             msgs = messages(with_seq(self.k.getlink, seq))
             self.queue = [join(msgs[:2]), join(msgs[2:])]  # two datagrams
         elif self.k.getstats:
@@ -419,33 +419,33 @@ def test_rtnl_names_once_then_stats_only() -> None:
     links = RtnlLinks(lambda _n: True, k.opener)  # type: ignore[arg-type]
     assert links.getstats
     # The stats are captured first; names are looked up when they are parsed.
-    assert k.requests == [ni.RTM_GETSTATS, ni.RTM_GETLINK]
+    assert k.requests == [rtnl.RTM_GETSTATS, rtnl.RTM_GETLINK]
     k.requests.clear()
     rows = links.read()
-    assert k.requests == [ni.RTM_GETSTATS]
+    assert k.requests == [rtnl.RTM_GETSTATS]
     assert named(rows) == json.loads((NETLINK / "getstats-modern.expected.json").read_text())
     # A link notification (added, removed, renamed): names are dumped again.
     k.notifications.append(b"any RTM_NEWLINK")
     k.requests.clear()
     links.read()
-    assert k.requests == [ni.RTM_GETSTATS, ni.RTM_GETLINK]
+    assert k.requests == [rtnl.RTM_GETSTATS, rtnl.RTM_GETLINK]
     k.requests.clear()
     links.read()
-    assert k.requests == [ni.RTM_GETSTATS]
+    assert k.requests == [rtnl.RTM_GETSTATS]
 
 
 def test_rtnl_unnamed_link_index_triggers_a_names_dump() -> None:
     k = FakeKernel()
     k.getlink = only_links(GETLINK, {1, 2, 3})  # eth0 (4) not there yet
     links = RtnlLinks(interface_filter((), ("ifb*",)), k.opener)  # type: ignore[arg-type]
-    assert k.requests == [ni.RTM_GETSTATS, ni.RTM_GETLINK, ni.RTM_GETLINK]
+    assert k.requests == [rtnl.RTM_GETSTATS, rtnl.RTM_GETLINK, rtnl.RTM_GETLINK]
     k.getlink = GETLINK
     k.requests.clear()
     assert list(links.read()) == ["lo", "eth0"]
-    assert k.requests == [ni.RTM_GETSTATS, ni.RTM_GETLINK]
+    assert k.requests == [rtnl.RTM_GETSTATS, rtnl.RTM_GETLINK]
     k.requests.clear()
     assert list(links.read()) == ["lo", "eth0"]  # filtered links are known, not unnamed
-    assert k.requests == [ni.RTM_GETSTATS]
+    assert k.requests == [rtnl.RTM_GETSTATS]
 
 
 def test_rtnl_captures_are_named_when_parsed() -> None:
@@ -455,11 +455,11 @@ def test_rtnl_captures_are_named_when_parsed() -> None:
     links = RtnlLinks(lambda _n: True, k.opener)  # type: ignore[arg-type]
     k.requests.clear()
     raws = [links.capture() for _ in range(3)]
-    assert k.requests == [ni.RTM_GETSTATS] * 3
+    assert k.requests == [rtnl.RTM_GETSTATS] * 3
     k.notifications.append(b"any RTM_NEWLINK")  # e.g. a rename, after the captures
     k.getlink = renamed(GETLINK, "eth0", "wan0")
     parsed = [links.parse(r) for r in raws]
-    assert k.requests == [ni.RTM_GETSTATS] * 3 + [ni.RTM_GETLINK]
+    assert k.requests == [rtnl.RTM_GETSTATS] * 3 + [rtnl.RTM_GETLINK]
     assert all("wan0" in p and "eth0" not in p for p in parsed)
     assert parsed[0] == parsed[2]
 
@@ -470,7 +470,7 @@ def test_rtnl_kernel_without_getstats_dumps_links() -> None:
     assert not links.getstats
     k.requests.clear()
     assert links.read() == parse_link_dump(GETLINK)[0]
-    assert k.requests == [ni.RTM_GETLINK]
+    assert k.requests == [rtnl.RTM_GETLINK]
 
 
 # --- the sampler -------------------------------------------------------------------------

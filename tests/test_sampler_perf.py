@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from helpers import FakeHandle, decoded, median_read_us, new_sampler, start_sampler
 
-from rezolus_ue import perf_event as pe
 from rezolus_ue.errors import (
     KernelFeatureMissing,
     PermissionDenied,
     RezolusError,
     SamplerUnavailable,
 )
+from rezolus_ue.linux import perf_event as pe
 from rezolus_ue.metrics.catalog import PERF_HARDWARE, PERF_SOFTWARE
 from rezolus_ue.samplers import perf
 from rezolus_ue.samplers.perf import PerfHardware, PerfSoftware, ipc_milli, scaled_delta

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rezolus_ue import user_events as ue
 from rezolus_ue.encoding import MAX_NAME_ARGS, EventSchema
 from rezolus_ue.errors import KernelFeatureMissing, RezolusError
+from rezolus_ue.linux import user_events as ue
 from rezolus_ue.schema import EVENTS
 
 pytestmark = pytest.mark.skipif(ctypes.sizeof(ctypes.c_void_p) != 8,

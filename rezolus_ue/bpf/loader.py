@@ -33,6 +33,9 @@ the next ``load`` hands those fds to libbpf (``bpf_map__reuse_fd``), so cumulati
 histograms and counters, and the NumPy views over them, survive unload/load cycles.
 ``array`` maps a ``BPF_F_MMAPABLE`` array into a NumPy view: reading it is a memory load,
 not a syscall.
+
+Just over 500 lines: probing (``Features``) and loading (``BpfObject``) share the
+hook-choice rules above, which read best next to both.
 """
 
 from __future__ import annotations
@@ -47,8 +50,10 @@ from pathlib import Path
 
 import numpy as np
 
+from tracefs_tools import Tracefs, TracefsError
+
 from ..errors import KernelFeatureMissing, SamplerUnavailable
-from ..perf_event import PERF_TYPE_TRACEPOINT, PerfEventAttr, perf_event_open
+from ..linux.perf_event import PERF_TYPE_TRACEPOINT, PerfEventAttr, perf_event_open
 from . import build
 from .libbpf import (
     BPF_PROG_TYPE_KPROBE,
@@ -219,9 +224,9 @@ class Features:
         key = f"{category}/{name}"
         if key not in self._tp_ids:
             try:
-                path = self.tracefs / "events" / key / "id" if self.tracefs else None
-                self._tp_ids[key] = int(path.read_text()) if path else None
-            except (OSError, ValueError):
+                tracefs = Tracefs(self.tracefs) if self.tracefs else None
+                self._tp_ids[key] = tracefs.event_id(category, name) if tracefs else None
+            except (TracefsError, ValueError):  # ValueError: not a tracefs name
                 self._tp_ids[key] = None
         return self._tp_ids[key]
 

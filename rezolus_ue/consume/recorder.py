@@ -1217,7 +1217,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``record`` or ``dump`` alone, as the CLI would (for tests and before wiring)."""
-    from ..cli import PROG, _Parser
+    from ..cli_base import PROG
+    from ..cli_base import Parser as _Parser
 
     parser = _Parser(prog=PROG)
     add_parser(parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser,

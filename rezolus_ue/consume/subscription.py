@@ -23,9 +23,9 @@ from collections.abc import Iterable, Sequence
 from tracefs_tools import EventFormat, Tracefs, TracefsError, find_tracefs
 
 from ..errors import ConfigError, KernelFeatureMissing, PermissionDenied, RezolusError
-from ..perf_event import TracepointRings
+from ..linux.perf_ring import TracepointRings
+from ..linux.user_events import missing_user_events_hint
 from ..schema import EVENTS
-from ..user_events import missing_user_events_hint
 from .records import Record
 
 log = logging.getLogger("rezolus_ue")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 
+from ..linux.procfs import KeptOpen
 from ..metrics.catalog import AGENT, AGENT_SAMPLER, AGENT_STATUS, STATUS_CODES, STATUS_TEXT_MAX
 from ..metrics.family import sparse_histogram_records
-from ..procfs import KeptOpen
 from .base import Sampler
 
 

@@ -32,9 +32,9 @@ from fnmatch import fnmatchcase
 
 from ..config import Option
 from ..errors import RezolusError, SamplerUnavailable
+from ..linux.procfs import KeptOpen
 from ..metrics.catalog import BLOCKIO
 from ..metrics.family import Family
-from ..procfs import KeptOpen
 from .base import FamilySampler, Unchanged
 
 SECTOR_BYTES = 512

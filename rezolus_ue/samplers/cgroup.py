@@ -39,9 +39,9 @@ from tracefs_tools import parse_mounts
 
 from ..config import Option
 from ..errors import RezolusError, SamplerUnavailable
+from ..linux.procfs import KeptOpen
 from ..metrics.catalog import CGROUP_FAMILY
 from ..metrics.family import Family
-from ..procfs import KeptOpen
 from .base import FamilySampler
 
 #: Longest published label, in bytes (the event field holds 256 with the NUL).

@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RezolusError, SamplerUnavailable
+from ..linux.procfs import KeptOpen, picker
 from ..metrics.catalog import MEMORY, MEMORY_PRESSURE, MEMORY_VMSTAT
 from ..metrics.family import Family
-from ..procfs import KeptOpen, picker
 from .base import FamilySampler, Unchanged
 
 #: /proc/meminfo keys in MEMORY's scalar order.

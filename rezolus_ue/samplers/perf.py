@@ -39,9 +39,7 @@ from collections.abc import Mapping, Sequence
 
 from ..config import Option
 from ..errors import KernelFeatureMissing, PermissionDenied, RezolusError, SamplerUnavailable
-from ..metrics.catalog import PERF_HARDWARE, PERF_SOFTWARE
-from ..metrics.family import Family
-from ..perf_event import (
+from ..linux.perf_event import (
     PERF_COUNT_HW_BRANCH_MISSES,
     PERF_COUNT_HW_CPU_CYCLES,
     PERF_COUNT_HW_INSTRUCTIONS,
@@ -55,8 +53,10 @@ from ..perf_event import (
     PERF_TYPE_SOFTWARE,
     PerfEvent,
     PerfEventAttr,
-    online_cpus,
 )
+from ..linux.procfs import online_cpus
+from ..metrics.catalog import PERF_HARDWARE, PERF_SOFTWARE
+from ..metrics.family import Family
 from .base import FamilySampler, SamplerContext
 
 #: Counters of each family, in catalog order.

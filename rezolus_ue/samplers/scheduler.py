@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..errors import RezolusError, SamplerUnavailable
+from ..linux.procfs import KeptOpen, shared
 from ..metrics.catalog import SCHEDULER, SCHEDULER_CPU
 from ..metrics.family import Family
-from ..procfs import KeptOpen, shared
 from .base import FamilySampler
 
 #: /proc/stat lines, in SCHEDULER's scalar order.

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from rezolus_ue.user_events import UserEventsData
+from rezolus_ue.linux.user_events import UserEventsData
 from tracefs_tools import Tracefs, find_tracefs
 
 _seq = itertools.count()

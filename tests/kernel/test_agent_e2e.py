@@ -134,6 +134,7 @@ def test_writes_nothing_until_a_consumer_enables_run_as_the_unit_runs_it(tracefs
     import pwd
 
     from rezolus_ue import privilege
+    from rezolus_ue.linux import capabilities
 
     setpriv = shutil.which("setpriv")
     if setpriv is None:
@@ -156,11 +157,11 @@ def test_writes_nothing_until_a_consumer_enables_run_as_the_unit_runs_it(tracefs
         wait_for(lambda: "running as nobody" in a.output(), timeout=60)
         st = proc_status(a.proc.pid)
         assert st["Uid"].split() == [str(nobody.pw_uid)] * 4, st
-        want = sum(1 << privilege.CAPS[c] for c in privilege.RUNTIME_CAPS)
-        held = privilege.parse_status(Path(f"/proc/{a.proc.pid}/status").read_text())
+        want = sum(1 << capabilities.CAPS[c] for c in privilege.RUNTIME_CAPS)
+        held = capabilities.parse_status(Path(f"/proc/{a.proc.pid}/status").read_text())
         assert held["CapEff"] == held["CapPrm"] == want, st
         assert held["CapInh"] == held.get("CapAmb", 0) == 0, st
-        assert held["CapBnd"] == sum(1 << privilege.CAPS[c] for c in bounding), st
+        assert held["CapBnd"] == sum(1 << capabilities.CAPS[c] for c in bounding), st
         assert st["NoNewPrivs"].strip() == "1"
         assert set(st["Gid"].split()) == {str(nobody.pw_gid)}, st
         from rezolus_ue.agent import RUNTIME_DIR

@@ -41,6 +41,7 @@ from test_bpf_blockio_requests import direct_io, loop_device
 
 from rezolus_ue import privilege
 from rezolus_ue.agent import read_status
+from rezolus_ue.linux import capabilities
 from rezolus_ue.samplers import REGISTRY
 from rezolus_ue.schema import AGENT
 
@@ -238,8 +239,8 @@ def test_every_event_reaches_every_consumer_under_the_shipped_privileges(shipped
     # After the whole drop (setuid, then capset): exactly the runtime capabilities.
     wait_for(lambda: "dropped" in agent.output(), timeout=120,
              what="the agent to log its capability drop")
-    want = sum(1 << privilege.CAPS[c] for c in privilege.RUNTIME_CAPS)
-    held = privilege.parse_status(Path(f"/proc/{agent.proc.pid}/status").read_text())
+    want = sum(1 << capabilities.CAPS[c] for c in privilege.RUNTIME_CAPS)
+    held = capabilities.parse_status(Path(f"/proc/{agent.proc.pid}/status").read_text())
     assert held["CapEff"] == held["CapPrm"] == want, (how, held)
     if how == "unit":
         assert proc_status(agent.proc.pid)["NoNewPrivs"].strip() == "1"

@@ -12,7 +12,7 @@ import pytest
 
 from rezolus_ue import schema as S
 from rezolus_ue.consume.subscription import Subscription
-from rezolus_ue.user_events import UserEventsData
+from rezolus_ue.linux.user_events import UserEventsData
 
 from .conftest import wait_for
 from .test_agent_e2e import AgentProcess

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from rezolus_ue.agent import read_status
+from rezolus_ue.linux.user_events import UserEventsData
 from rezolus_ue.schema import AGENT
-from rezolus_ue.user_events import UserEventsData
 
 from .conftest import wait_for
 from .test_agent_e2e import AgentProcess, without_bpf

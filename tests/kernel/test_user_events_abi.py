@@ -16,8 +16,8 @@ import pytest
 
 from rezolus_ue import schema as S
 from rezolus_ue.errors import EventConflict, PermissionDenied, RezolusError
-from rezolus_ue.perf_event import PerfEvent, TracepointSubscription
-from rezolus_ue.user_events import REG_MULTI_FORMAT, REG_PERSIST, UserEventsData
+from rezolus_ue.linux.perf_ring import RingEvent, TracepointSubscription
+from rezolus_ue.linux.user_events import REG_MULTI_FORMAT, REG_PERSIST, UserEventsData
 
 from .conftest import wait_for
 
@@ -58,7 +58,7 @@ def test_enable_bit_follows_ftrace(tracefs, ue, event_name):
 def test_enable_bit_follows_perf_event_open(tracefs, ue, event_name):
     reg = ue.register(probe(event_name).name_args)
     tp_id = tracefs.event_id(G, event_name)
-    ev = PerfEvent.tracepoint(tp_id, cpu=0)
+    ev = RingEvent.tracepoint(tp_id, cpu=0)
     try:
         assert reg.enabled
         assert "perf" in tracefs.user_events_status().events[event_name].consumers

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from rezolus_ue.linux.perf_ring import TracepointSubscription
 from rezolus_ue.metrics.catalog import (
     AGENT,
     CPU_USAGE,
@@ -21,7 +22,6 @@ from rezolus_ue.metrics.catalog import (
     SCHEDULER,
     SCHEDULER_RUNQUEUE_LATENCY,
 )
-from rezolus_ue.perf_event import TracepointSubscription
 
 from .agentproc import ForkedAgent, config_with, ours_in_kernel, program_names
 from .conftest import wait_for

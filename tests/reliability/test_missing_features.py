@@ -101,7 +101,7 @@ def test_tracefs_unmounted_is_mounted_again() -> None:
 
 def test_no_hardware_pmu_leaves_software_counters() -> None:
     _root()
-    from rezolus_ue.perf_event import PERF_COUNT_HW_CPU_CYCLES, PerfEvent
+    from rezolus_ue.linux.perf_event import PERF_COUNT_HW_CPU_CYCLES, PerfEvent
 
     try:
         PerfEvent.hardware(PERF_COUNT_HW_CPU_CYCLES, cpu=0).close()

@@ -28,9 +28,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ...errors import RezolusError, SamplerUnavailable
+from ...linux.procfs import KeptOpen
 from ...metrics.catalog import CPU_FREQUENCY
 from ...metrics.family import Family
-from ...procfs import KeptOpen
 from ..base import FamilySampler
 
 #: How often CPUs without a cpufreq file are looked for again.

@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ...errors import SamplerUnavailable
+from ...linux.procfs import KeptOpen
 from ...metrics.catalog import CPU_SOFTIRQ, SOFTIRQ_KINDS
 from ...metrics.family import Family
-from ...procfs import KeptOpen
 from ..base import FamilySampler
 
 #: /proc/softirqs row name -> column of SOFTIRQ_KINDS.

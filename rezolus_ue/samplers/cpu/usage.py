@@ -15,10 +15,9 @@ import os
 from collections.abc import Mapping, Sequence
 from operator import sub
 
+from ...linux.procfs import KeptOpen, parse_cpu_list, shared
 from ...metrics.catalog import CPU_CORES, CPU_USAGE
 from ...metrics.family import Family
-from ...perf_event import parse_cpu_list
-from ...procfs import KeptOpen, shared
 from ..base import FamilySampler
 
 #: Columns of a cpuN line we publish, in catalog order.

@@ -40,58 +40,48 @@ import errno
 import os
 import select
 import socket
-import struct
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fnmatch import fnmatchcase
+from functools import partial
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 from ...config import Option
 from ...errors import RezolusError, SamplerUnavailable
+from ...linux.procfs import KeptOpen
+from ...linux.rtnetlink import (
+    NLMSG_DONE,
+    RECV_SIZE,
+    RTMGRP_LINK,
+    RTNL_STATS_FIELDS,
+    Rows,
+    link_dump_request,
+    messages,
+    open_rtnetlink,
+    parse_link_names,
+    stats_dump_request,
+)
+from ...linux.rtnetlink import parse_link_dump as _parse_link_dump
+from ...linux.rtnetlink import parse_stats_dump as _parse_stats_dump
 from ...metrics.catalog import NETWORK
 from ...metrics.family import Family
-from ...procfs import KeptOpen
 from ..base import FamilySampler
 
-# --- rtnetlink wire format (linux/netlink.h, linux/rtnetlink.h, linux/if_link.h) -------
-
-_NLMSGHDR = struct.Struct("=IHHII")  # nlmsg_len, nlmsg_type, nlmsg_flags, nlmsg_seq, nlmsg_pid
-_IFINFOMSG = struct.Struct("=BxHiII")  # ifi_family, pad, ifi_type, ifi_index, flags, change
-_IF_STATS_MSG = struct.Struct("=BxxxiI")  # family, pad1, pad2, ifindex, filter_mask
-_NLATTR = struct.Struct("=HH")  # nla_len, nla_type
-_S32 = struct.Struct("=i")  # NLMSG_ERROR / NLMSG_DONE payload (0 or -errno); ifindex
-NLMSG_ERROR, NLMSG_DONE = 2, 3
-RTM_NEWLINK, RTM_GETLINK, RTM_NEWSTATS, RTM_GETSTATS = 16, 18, 92, 94
-NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
-IFLA_IFNAME, IFLA_STATS, IFLA_STATS64 = 3, 7, 23
-IFLA_STATS_LINK_64 = 1
-RTMGRP_LINK = 0x1  # multicast group RTNLGRP_LINK, as a bind() mask
-NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED / NLA_F_NET_BYTEORDER
-_HDR = _NLMSGHDR.size
-#: Offset of the first attribute of a link message and of a stats message.
-_LINK_ATTRS = _HDR + _IFINFOMSG.size
-_STATS_ATTRS = _HDR + _IF_STATS_MSG.size
-
-#: The first eight fields of struct rtnl_link_stats (u32) and rtnl_link_stats64 (u64).
-RTNL_STATS_FIELDS = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes",
-                     "rx_errors", "tx_errors", "rx_dropped", "tx_dropped")
-_STATS64 = struct.Struct("=8Q")
-_STATS32 = struct.Struct("=8I")
 #: The metrics in catalog order; also the sysfs statistics file names.
 COUNTERS = tuple(m.name for m in NETWORK.scalars)
 _ORDER = tuple(RTNL_STATS_FIELDS.index(n) for n in COUNTERS)
 #: The counters of an unpacked stats struct, in catalog order: one C call per link.
 _IN_ORDER = itemgetter(*_ORDER)
-#: Larger than any dump datagram (the kernel caps them at 32 KiB).
-_RECV_SIZE = 65536
+#: The rtnetlink decoders, giving the counters in catalog order.
+parse_link_dump = partial(_parse_link_dump, pick=_IN_ORDER)
+parse_stats_dump = partial(_parse_stats_dump, pick=_IN_ORDER)
 _REAL_SYSFS = Path("/sys")
 _REFRESH_NS = 1_000_000_000
 #: What a kernel without RTM_GETSTATS (< 4.7) answers.
 _UNSUPPORTED = (errno.EOPNOTSUPP, errno.EINVAL)
 
-Rows = dict[str, tuple[int, ...]]
 
 
 def interface_filter(include: Sequence[str], exclude: Sequence[str]) -> Callable[[str], bool]:
@@ -113,157 +103,6 @@ def interface_filter(include: Sequence[str], exclude: Sequence[str]) -> Callable
         return hit
 
     return keep
-
-
-def link_dump_request(seq: int) -> bytes:
-    """Return an RTM_GETLINK request dumping every link, with sequence number ``seq``."""
-    body = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
-    return _NLMSGHDR.pack(_HDR + len(body), RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP,
-                          seq, 0) + body
-
-
-def stats_dump_request(seq: int) -> bytes:
-    """Return an RTM_GETSTATS request dumping IFLA_STATS_LINK_64 of every link."""
-    body = _IF_STATS_MSG.pack(socket.AF_UNSPEC, 0, 1 << (IFLA_STATS_LINK_64 - 1))
-    return _NLMSGHDR.pack(_HDR + len(body), RTM_GETSTATS, NLM_F_REQUEST | NLM_F_DUMP,
-                          seq, 0) + body
-
-
-def _messages(data: bytes, seq: int | None) -> Iterator[tuple[int, int, int]]:
-    """Yield (type, offset, length) of the messages of dump ``seq`` in one datagram, up
-    to and including NLMSG_DONE; raise OSError for an error the kernel reports.
-
-    Messages of another sequence number (left over from an interrupted dump) are skipped;
-    a truncated or malformed message ends the datagram.
-    """
-    off, end = 0, len(data)
-    unpack = _NLMSGHDR.unpack_from
-    while off + _HDR <= end:
-        length, mtype, _flags, mseq, _pid = unpack(data, off)
-        if length < _HDR or off + length > end:
-            return
-        if seq is None or mseq == seq:
-            if mtype in (NLMSG_ERROR, NLMSG_DONE) and length >= _HDR + _S32.size:
-                err = -_S32.unpack_from(data, off + _HDR)[0]
-                if err > 0:
-                    raise OSError(err, os.strerror(err))
-            yield mtype, off, length
-            if mtype == NLMSG_DONE:
-                return
-        off += (length + 3) & ~3
-
-
-def parse_link_dump(data: bytes, seq: int | None = None,
-                    keep: Callable[[str], bool] | None = None,
-                    rows: Rows | None = None) -> tuple[Rows, bool]:
-    """Return ({interface: counters in catalog order}, done) from one datagram of an
-    RTM_GETLINK dump, adding to ``rows`` if given; ``done``: NLMSG_DONE arrived.
-
-    IFLA_STATS64 is preferred to the 32-bit IFLA_STATS; a link with neither is left out,
-    and links ``keep`` rejects are not decoded past their name.
-    """
-    out: Rows = {} if rows is None else rows
-    unpack_nla = _NLATTR.unpack_from
-    for mtype, off, length in _messages(data, seq):
-        if mtype == NLMSG_DONE:
-            return out, True
-        if mtype != RTM_NEWLINK:
-            continue
-        name: str | None = None
-        s64 = s32 = None
-        a, end = off + _LINK_ATTRS, off + length
-        while a + 4 <= end:
-            alen, atype = unpack_nla(data, a)
-            if alen < 4 or a + alen > end:
-                break
-            atype &= NLA_TYPE_MASK
-            if atype == IFLA_IFNAME:
-                name = _ifname(data, a, alen)
-                if keep is not None and not keep(name):
-                    name = None
-                    break
-                if s64 is not None:
-                    break
-            elif atype == IFLA_STATS64 and alen >= 4 + _STATS64.size:
-                s64 = _STATS64.unpack_from(data, a + 4)
-                if name is not None:
-                    break  # the kernel sends IFLA_IFNAME first: done with this link
-            elif atype == IFLA_STATS and alen >= 4 + _STATS32.size:
-                s32 = _STATS32.unpack_from(data, a + 4)
-            a += (alen + 3) & ~3
-        stats = s64 if s64 is not None else s32
-        if name is not None and stats is not None:
-            out[name] = _IN_ORDER(stats)
-    return out, False
-
-
-def _ifname(data: bytes, a: int, alen: int) -> str:
-    return data[a + 4:a + alen].split(b"\0", 1)[0].decode("utf-8", "replace")
-
-
-def parse_link_names(data: bytes, seq: int | None = None,
-                     names: dict[int, str] | None = None) -> tuple[dict[int, str], bool]:
-    """Return ({ifindex: name}, done) from one datagram of an RTM_GETLINK dump."""
-    out: dict[int, str] = {} if names is None else names
-    unpack_nla = _NLATTR.unpack_from
-    for mtype, off, length in _messages(data, seq):
-        if mtype == NLMSG_DONE:
-            return out, True
-        if mtype != RTM_NEWLINK or length < _LINK_ATTRS:
-            continue
-        index = _S32.unpack_from(data, off + _HDR + 4)[0]
-        a, end = off + _LINK_ATTRS, off + length
-        while a + 4 <= end:  # IFLA_IFNAME comes first: usually one step
-            alen, atype = unpack_nla(data, a)
-            if alen < 4 or a + alen > end:
-                break
-            if atype & NLA_TYPE_MASK == IFLA_IFNAME:
-                out[index] = _ifname(data, a, alen)
-                break
-            a += (alen + 3) & ~3
-    return out, False
-
-
-def parse_stats_dump(data: bytes, seq: int | None = None,
-                     rows: dict[int, tuple[int, ...]] | None = None,
-                     ) -> tuple[dict[int, tuple[int, ...]], bool]:
-    """Return ({ifindex: counters in catalog order}, done) from one datagram of an
-    RTM_GETSTATS dump of IFLA_STATS_LINK_64."""
-    out: dict[int, tuple[int, ...]] = {} if rows is None else rows
-    unpack_nla = _NLATTR.unpack_from
-    for mtype, off, length in _messages(data, seq):
-        if mtype == NLMSG_DONE:
-            return out, True
-        if mtype != RTM_NEWSTATS or length < _STATS_ATTRS:
-            continue
-        index = _S32.unpack_from(data, off + _HDR + 4)[0]
-        a, end = off + _STATS_ATTRS, off + length
-        while a + 4 <= end:
-            alen, atype = unpack_nla(data, a)
-            if alen < 4 or a + alen > end:
-                break
-            if atype & NLA_TYPE_MASK == IFLA_STATS_LINK_64 and alen >= 4 + _STATS64.size:
-                out[index] = _IN_ORDER(_STATS64.unpack_from(data, a + 4))
-                break
-            a += (alen + 3) & ~3
-    return out, False
-
-
-def open_rtnetlink(groups: int = 0) -> socket.socket:
-    """Return a bound NETLINK_ROUTE socket (subscribed to multicast ``groups``, then
-    non-blocking); raise OSError where netlink is refused."""
-    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
-                         socket.NETLINK_ROUTE)
-    try:
-        sock.bind((0, groups))
-        if groups:
-            sock.setblocking(False)
-        else:
-            sock.settimeout(1.0)  # a dump answers at once; never hang the agent's loop
-    except OSError:
-        sock.close()
-        raise
-    return sock
 
 
 class RtnlLinks:
@@ -303,11 +142,11 @@ class RtnlLinks:
         self._sock.send(request(seq))
         out = []
         while True:
-            data = self._sock.recv(_RECV_SIZE)
+            data = self._sock.recv(RECV_SIZE)
             if not data:
                 raise OSError(errno.EIO, "rtnetlink: empty datagram in a dump")
             out.append(data)
-            for mtype, _off, _length in _messages(data, seq):
+            for mtype, _off, _length in messages(data, seq):
                 if mtype == NLMSG_DONE:
                     return seq, out
 
@@ -328,7 +167,7 @@ class RtnlLinks:
         assert mon is not None
         while True:
             try:
-                if not mon.recv(_RECV_SIZE):
+                if not mon.recv(RECV_SIZE):
                     return changed
             except BlockingIOError:
                 return changed

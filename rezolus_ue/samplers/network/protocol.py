@@ -32,9 +32,9 @@ from itertools import chain
 from operator import itemgetter
 
 from ...errors import RezolusError, SamplerUnavailable
+from ...linux.procfs import KeptOpen, picker
 from ...metrics.catalog import TCP, UDP
 from ...metrics.family import Family
-from ...procfs import KeptOpen, picker
 from ..base import FamilySampler, Unchanged
 
 #: Where each metric comes from: (file under /proc/net, table prefix, column name).

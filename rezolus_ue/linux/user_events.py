@@ -38,8 +38,10 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracefs_tools import Tracefs, TracefsError
+
+from ..errors import EventConflict, KernelFeatureMissing, PermissionDenied, RezolusError
 from . import ioctl
-from .errors import EventConflict, KernelFeatureMissing, PermissionDenied, RezolusError
 
 DIAG_IOC_MAGIC = "*"
 # The uapi header encodes a *pointer* size into these numbers, not the struct size.
@@ -342,10 +344,10 @@ def _libc() -> ctypes.CDLL:
 def registered_format(tracefs: Path, name: str) -> str | None:
     """Return the field list an event is registered with, from ``dynamic_events``."""
     try:
-        text = (tracefs / "dynamic_events").read_text()
-    except OSError:
+        lines = Tracefs(tracefs).dynamic_events()
+    except TracefsError:
         return None
-    for line in text.splitlines():
+    for line in lines:
         head, _, rest = line.partition(" ")
         if head in (f"u:{name}", f"u:user_events/{name}"):
             return rest.strip()

@@ -1,4 +1,5 @@
-"""Kept-open procfs/sysfs files read with ``os.pread``: no open/close per sample.
+"""procfs/sysfs readers: kept-open files read with ``os.pread`` (no open/close per
+sample), and the kernel's cpulist format (``/sys/devices/system/cpu/online``).
 
 procfs regenerates a file's text on every read from offset 0, so one fd serves forever.
 
@@ -16,7 +17,7 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from pathlib import Path
 
-from .errors import PermissionDenied, RezolusError
+from ..errors import PermissionDenied, RezolusError
 
 _CHUNK = 65536
 
@@ -135,3 +136,36 @@ def picker(positions: Sequence[int]) -> Callable[[Sequence[bytes]], tuple[bytes,
         p = positions[0]
         return lambda items: (items[p],)
     return itemgetter(*positions)
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """Return the CPUs in a kernel cpulist such as ``"0-3,5,7-8"`` (sorted, unique)."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            first = int(lo)
+            last = int(hi) if sep else first
+        except ValueError:
+            raise ValueError(f"bad cpulist element {part!r} in {text!r}") from None
+        if first < 0 or last < first:
+            raise ValueError(f"bad cpulist range {part!r} in {text!r}")
+        cpus.update(range(first, last + 1))
+    return sorted(cpus)
+
+
+def online_cpus(sysfs_root: str = "/sys") -> list[int]:
+    """Return the online CPU numbers from ``<sysfs_root>/devices/system/cpu/online``."""
+    path = f"{sysfs_root}/devices/system/cpu/online"
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise RezolusError(f"cannot read online CPUs from {path}: {e.strerror}") from None
+    try:
+        return parse_cpu_list(text)
+    except ValueError as e:
+        raise RezolusError(f"{path}: {e}") from None

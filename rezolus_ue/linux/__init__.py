@@ -1,0 +1,1 @@
+"""Kernel ABIs rezolus-ue speaks directly: one module per interface (uprobe_events, ...)."""
