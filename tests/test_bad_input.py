@@ -45,7 +45,7 @@ needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (mknod, mount, s
 
 
 def key(r: Record) -> tuple:
-    return (r.event, r.time_ns, r.cpu, r.pid, json.dumps(r.fields, sort_keys=True,
+    return (r.event, r.time_ns, r.meta.cpu, r.meta.pid, json.dumps(r.fields, sort_keys=True,
                                                          default=bytes.hex))
 
 

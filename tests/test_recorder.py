@@ -27,7 +27,7 @@ import pytest
 from rezolus_ue.cli import _Parser
 from rezolus_ue.consume import recfile, recorder
 from rezolus_ue.consume.recfile import RecordingError, ScanStats, read_records
-from rezolus_ue.consume.records import Record
+from rezolus_ue.consume.records import Record, record_from_json
 from rezolus_ue.errors import RezolusError
 from rezolus_ue.metrics import h2
 from rezolus_ue.schema import by_name
@@ -438,10 +438,10 @@ def test_record_arguments_are_checked(tmp_path: Path) -> None:
 
 def test_json_forms(tmp_path: Path) -> None:
     for r in workload(1):
-        assert recorder.record_from_json(json.loads(json.dumps(recorder.record_to_json(r)))) == r
+        assert record_from_json(json.loads(json.dumps(r.to_json()))) == r
     h = next(r for r in workload(1) if r.event == "rezolus_agent_sampler")
     # tail --format json writes buckets as {index: count}.
-    back = recorder.record_from_json(json.loads(json.dumps(h.to_json())))
+    back = record_from_json(json.loads(json.dumps(h.to_json())))
     assert back.fields["buckets"] == h.fields["buckets"]
 
 
@@ -474,7 +474,7 @@ def test_record_loop_with_a_list_source(tmp_path: Path) -> None:
 
 
 def lines(records: list[Record]) -> bytes:
-    return b"".join(json.dumps(recorder.record_to_json(r)).encode() + b"\n" for r in records)
+    return b"".join(json.dumps(r.to_json()).encode() + b"\n" for r in records)
 
 
 def cli(*args: str) -> list[str]:

@@ -470,8 +470,8 @@ def to_tables(records: Iterable[Record]) -> list[Table]:
         declared = _schema_types(event)
         t = Table(event, dict(COMMON))
         t.columns["time_ns"] = np.array([r.time_ns for r in recs], dtype="<i8")
-        t.columns["common_cpu"] = np.array([r.cpu for r in recs], dtype="<u4")
-        t.columns["common_pid"] = np.array([r.pid for r in recs], dtype="<i4")
+        t.columns["common_cpu"] = np.array([r.common_cpu for r in recs], dtype="<u4")
+        t.columns["common_pid"] = np.array([r.common_pid for r in recs], dtype="<i4")
         for name in names:
             values = [r.fields[name] for r in recs]
             typ = declared.get(name) or _infer_type(values)

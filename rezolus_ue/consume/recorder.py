@@ -46,7 +46,6 @@ from typing import Any, Protocol
 
 from ..config import DURATION_HELP, format_duration, parse_duration, path_arg
 from ..errors import ConfigError, RezolusError, os_error_text
-from ..metrics import h2
 from . import recfile
 from .recfile import (
     KIND_DATA,
@@ -61,7 +60,7 @@ from .recfile import (
     recording_meta,
     scan_blocks,
 )
-from .records import Record
+from .records import Record, record_from_json
 
 log = logging.getLogger("rezolus_ue")
 
@@ -116,43 +115,6 @@ class RecordSource(Protocol):
     def poll(self, timeout_ms: int) -> list[Record]: ...
 
     def close(self) -> None: ...
-
-
-def record_to_json(r: Record) -> dict[str, Any]:
-    """Return a record as the JSON object ``--source-file`` reads (bytes as hex)."""
-    return {"event": r.event, "time_ns": r.time_ns, "common_cpu": r.cpu, "common_pid": r.pid,
-            "fields": {k: v.hex() if isinstance(v, bytes | bytearray) else v
-                       for k, v in r.fields.items()}}
-
-
-def record_from_json(d: dict[str, Any]) -> Record:
-    """Return the record of a JSON object: ``record_to_json``'s form, or ``tail -f json``'s.
-
-    Fields the schema declares as bytes come as hex, or for ``buckets`` as {index: count}.
-    (In tail's form an event field named ``cpu`` or ``pid`` shadows the common one.)
-    """
-    from ..schema import by_name
-
-    if "fields" in d:
-        fields = dict(d["fields"])
-        cpu, pid = d.get("common_cpu", 0), d.get("common_pid", 0)
-    else:
-        fields = {k: v for k, v in d.items() if k not in ("event", "time_ns", "cpu", "pid",
-                                                          "time")}
-        cpu, pid = d.get("cpu", 0), d.get("pid", 0)
-    schema = by_name().get(d["event"])
-    if schema is not None:
-        for f in schema.fields:
-            v = fields.get(f.name)
-            if f.type.dynamic and not f.type.text:
-                if isinstance(v, str):
-                    fields[f.name] = bytes.fromhex(v)
-                elif isinstance(v, dict):
-                    counts = h2.new_counts()
-                    for i, c in v.items():
-                        counts[int(i)] = c
-                    fields[f.name] = h2.encode_sparse(counts)
-    return Record(str(d["event"]), int(d["time_ns"]), int(cpu), int(pid), fields)
 
 
 class JsonLinesSource:

@@ -40,9 +40,8 @@ def format_text(r: Record, wall_offset_ns: int) -> str:
     parts = []
     for k, v in r.fields.items():
         if k == "buckets" and isinstance(v, bytes):
-            counts = r.histogram()
-            n = int((counts > 0).sum()) if counts is not None else 0
-            parts.append(f"buckets=<{n} non-zero>")
+            h = r.histogram()
+            parts.append(f"buckets=<{h.nonzero() if h is not None else 0} non-zero>")
         elif isinstance(v, str):
             parts.append(f"{k}={v}" if v and " " not in v else f"{k}={v!r}")
         elif isinstance(v, bytes):
@@ -50,7 +49,7 @@ def format_text(r: Record, wall_offset_ns: int) -> str:
         else:
             parts.append(f"{k}={v}")
     # perf script's layout: the CPU the record was written on in brackets, then the event.
-    return f"{stamp} [{r.cpu:03d}] {r.event}: " + " ".join(parts)
+    return f"{stamp} [{r.common_cpu:03d}] {r.event}: " + " ".join(parts)
 
 
 def format_json(r: Record, wall_offset_ns: int) -> str:

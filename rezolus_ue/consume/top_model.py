@@ -387,9 +387,10 @@ class Model:
             self._dist_max[key] = v
 
     def _add_hist(self, r: Record, labels: tuple) -> None:
-        counts = r.histogram()
-        if counts is None:
+        h = r.histogram()
+        if h is None:
             return
+        counts = h.counts
         key = (r.event, labels)
         acc = self._hists.get(key)
         # Histogram events carry the interval's buckets (not cumulative): sum them.

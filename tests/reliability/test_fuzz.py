@@ -163,7 +163,7 @@ def test_hostile_config_lines_fail_in_one_line_in_linear_time(tmp_path: Path) ->
 
 
 def _key(r: Record) -> tuple:
-    return (r.event, r.time_ns, r.cpu, r.pid,
+    return (r.event, r.time_ns, r.meta.cpu, r.meta.pid,
             json.dumps(r.fields, sort_keys=True, default=bytes.hex))
 
 
