@@ -518,6 +518,8 @@ def test_percentiles_match_h2() -> None:
 class FakeSubscription:
     """Hands out one agent tick per poll, then quiet (as the agent's bursts look)."""
 
+    exhausted = False  # live: never
+
     def __init__(self, ticks: int, key_fd: int) -> None:
         self.host = Host()
         self.left = ticks

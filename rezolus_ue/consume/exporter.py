@@ -67,10 +67,12 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..config import path_arg
 from ..errors import ConfigError, RezolusError
 from ..metrics import catalog, h2
 from ..metrics.family import DIST, HIST_QUANTILES, Family, Kind, Metric
 from .records import Record
+from .source import Source
 
 log = logging.getLogger("rezolus_ue")
 
@@ -531,11 +533,14 @@ class Exporter:
     """
 
     def __init__(self, stale: int = DEFAULT_STALE, native_buckets: bool = False,
-                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+                 clock: Callable[[], int] | None = time.monotonic_ns) -> None:
         self.state = State(stale)
         self.native_buckets = native_buckets
         self.renders = 0
-        self._clock = clock
+        # None: data time (a replayed recording), the newest record's time, so that the
+        # series of a recording's end stay however long it is served.
+        self._data_ns = 0
+        self._clock = clock or (lambda: self._data_ns)
         self._lock = threading.Lock()  # guards state and _version
         self._render_lock = threading.Lock()  # one render at a time; guards _cache
         self._version = 0  # bumped by every change of state
@@ -545,6 +550,8 @@ class Exporter:
         """Take one poll's records in (and the subscription's lost-record count)."""
         if not records and (lost is None or lost == self.state.lost):
             return
+        if records:
+            self._data_ns = max(self._data_ns, records[-1].time_ns)
         now = self._clock()
         with self._lock:
             self.state.ingest(records, now)
@@ -580,11 +587,11 @@ class Exporter:
         self.renders += 1
         return self._cache
 
-    def follow(self, sub: object, stop: Callable[[], bool], poll_ms: int = POLL_MS) -> None:
-        """Poll ``sub`` (a ``Subscription``) and ingest until ``stop()`` is true."""
+    def follow(self, src: Source, stop: Callable[[], bool], poll_ms: int = POLL_MS) -> None:
+        """Poll ``src`` and ingest until ``stop()`` is true (a recording's end keeps its
+        last values served)."""
         while not stop():
-            records = sub.poll(poll_ms)  # type: ignore[attr-defined]
-            self.ingest(records, sub.lost)  # type: ignore[attr-defined]
+            self.ingest(src.poll(poll_ms), src.lost)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -667,11 +674,12 @@ def serve_http(host: str, port: int, body: Callable[[bool], bytes]) -> _Server:
 
 def run(args: argparse.Namespace) -> int:
     """Serve /metrics and follow the tracepoints until SIGINT/SIGTERM; return 0."""
+    from ..api import open_source
     from ..schema import EVENTS
-    from .subscription import Subscription
 
     host, port = args.listen
-    exporter = Exporter(args.stale, args.native_buckets)
+    exporter = Exporter(args.stale, args.native_buckets,
+                        clock=time.monotonic_ns if args.source is None else None)
     server = serve_http(host, port, exporter.body)  # bind first: a taken port fails at once
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
                               name="rezolus-ue-exporter-http", daemon=True)
@@ -690,10 +698,13 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with Subscription(events, wait=not args.no_wait) as sub:
-            log.info("following %d events", len(sub.events))
+        with open_source(args.source, events, wait=not args.no_wait) as src:
+            if args.source is None:
+                log.info("following %d events", len(src.events))
+            else:
+                log.info("serving the records of %s", args.source)
             following.set()
-            exporter.follow(sub, lambda: bool(stop))
+            exporter.follow(src, lambda: bool(stop))
     except KeyboardInterrupt:
         pass
     finally:
@@ -739,6 +750,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "  sudo rezolus-ue exporter\n"
         "  sudo rezolus-ue exporter --listen 0.0.0.0:9745 --native-buckets\n"
         "  curl -s http://127.0.0.1:9745/metrics | grep '^rezolus_cpu_usage'\n"
+        "  rezolus-ue exporter --from incident.rzr    the values at the recording's end\n"
         "  scrape config: static_configs: [{targets: ['HOST:9745']}]",
     )
     p.add_argument("--listen", metavar="HOST:PORT", type=_listen,
@@ -757,6 +769,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    " (cheaper), and no quantile gauges are exported")
     p.add_argument("--no-wait", action="store_true",
                    help="fail at once if the agent is not publishing, instead of waiting")
+    p.add_argument("--from", dest="source", type=path_arg, metavar="FILE",
+                   help="serve a recording (rezolus-ue record / dump output, a ring directory"
+                   " or Parquet) instead of the live tracepoints: every record is ingested,"
+                   " then /metrics shows the values at its end, judged stale by its clock")
     p.set_defaults(func=run)
 
 

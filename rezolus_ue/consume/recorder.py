@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import re
-import select
 import signal
 import stat
 import sys
@@ -60,7 +59,8 @@ from .recfile import (
     recording_meta,
     scan_blocks,
 )
-from .records import Record, record_from_json
+from .records import Record
+from .source import Source, open_source, open_test_source
 
 log = logging.getLogger("rezolus_ue")
 
@@ -101,108 +101,6 @@ def format_size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.1f}{unit}"
     return f"{n}B"
-
-
-# --- sources ----------------------------------------------------------------------------------
-
-
-class RecordSource(Protocol):
-    """What the recorder reads: a Subscription, or a synthetic source in tests."""
-
-    @property
-    def lost(self) -> int: ...
-
-    def poll(self, timeout_ms: int) -> list[Record]: ...
-
-    def close(self) -> None: ...
-
-
-class JsonLinesSource:
-    """Records from JSON lines on a file or a pipe (``-``: stdin); exhausted at EOF."""
-
-    def __init__(self, path: str) -> None:
-        self.name = "stdin" if path == "-" else path
-        try:
-            self.fd = 0 if path == "-" else os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except (OSError, ValueError) as e:
-            raise ConfigError(os_error_text(e, path, "read")) from None
-        self.lost = 0
-        self.exhausted = False
-        self._partial = b""
-        self._line = 0
-
-    def poll(self, timeout_ms: int) -> list[Record]:
-        """Return the records of the complete lines available within ``timeout_ms``."""
-        if self.exhausted:
-            return []
-        ready, _w, _x = select.select([self.fd], [], [], timeout_ms / 1000)
-        if not ready:
-            return []
-        chunk = os.read(self.fd, 1 << 20)
-        if not chunk:
-            self.exhausted = True
-            chunk = b"\n"
-        lines = (self._partial + chunk).split(b"\n")
-        self._partial = lines.pop()
-        out = []
-        for line in lines:
-            self._line += 1
-            if not line.strip():
-                continue
-            try:
-                out.append(record_from_json(json.loads(line)))
-            except (ValueError, KeyError, TypeError) as e:
-                raise ConfigError(f"{self.name}: line {self._line}: not a record: {e}") from None
-        return out
-
-    def close(self) -> None:
-        """Close the file (not stdin)."""
-        if self.fd > 0:
-            os.close(self.fd)
-        self.fd = -1
-
-
-class RecordingSource:
-    """Records replayed from a recording, ``batch`` per poll; exhausted at the end."""
-
-    def __init__(self, path: str, events: list[str] | None = None, batch: int = 10_000) -> None:
-        self._it: Iterator[Record] = read_records(path, events)
-        self.batch = batch
-        self.lost = 0
-        self.exhausted = False
-
-    def poll(self, timeout_ms: int) -> list[Record]:
-        """Return the next records."""
-        out = []
-        for r in self._it:
-            out.append(r)
-            if len(out) >= self.batch:
-                break
-        else:
-            self.exhausted = True
-        return out
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-def open_source(path: str, events: list[str] | None) -> RecordSource:
-    """Return the source for ``--source-file``: a recording, or JSON lines (on stdin, a
-    pipe, or a file that starts with ``{``)."""
-    p = Path(path)
-    if path == "-" or _json_lines(p):
-        return JsonLinesSource(path)
-    return RecordingSource(path, events)
-
-
-def _json_lines(p: Path) -> bool:
-    try:
-        if not p.is_file():
-            return stat.S_ISFIFO(os.stat(p).st_mode)
-        with open(p, "rb") as f:
-            return f.read(64).lstrip()[:1] == b"{"
-    except (OSError, ValueError) as e:
-        raise ConfigError(os_error_text(e, p, "read")) from None
 
 
 # --- sinks ------------------------------------------------------------------------------------
@@ -855,7 +753,7 @@ class LoopStats:
     lost: int = 0
 
 
-def record_loop(source: RecordSource, sink: Sink, ctl: Control, *, flush_ns: int,
+def record_loop(source: Source, sink: Sink, ctl: Control, *, flush_ns: int,
                 duration_ns: int | None = None, on_dump: Callable[[], None] | None = None,
                 clock: Callable[[], int] = time.monotonic_ns) -> LoopStats:
     """Move records from ``source`` to ``sink`` until ``ctl.stop``, the duration, or the
@@ -991,12 +889,10 @@ def run_record(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_source(args: argparse.Namespace, events: list[str]) -> RecordSource:
+def _open_source(args: argparse.Namespace, events: list[str]) -> Source:
     if args.source_file is not None:
-        return open_source(args.source_file, events or None)
-    from .subscription import Subscription
-
-    return Subscription(events or None, wait=not args.no_wait)
+        return open_test_source(args.source_file, events or None)
+    return open_source(None, events or None, wait=not args.no_wait)
 
 
 def run_dump(args: argparse.Namespace) -> int:

@@ -103,20 +103,22 @@ class _Stopper:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Follow the selected events until interrupted (or --count records)."""
-    if args.source is not None:
-        return _replay(args)
-    from .subscription import Subscription, monotonic_to_wall_offset_ns
+    """Follow the selected events until interrupted (or --count records, or the end of
+    the recording --from names)."""
+    from ..api import open_source, resolve_events
 
-    offset = monotonic_to_wall_offset_ns()
+    # A recording keeps only the events this version knows, as a live subscription does.
+    events = args.events or None if args.source is None else resolve_events(args.events)
     seen = lost = 0
     with _Stopper() as stopper:
         try:
-            with Subscription(args.events or None, wait=not args.no_wait) as sub:
-                while not stopper.requested and (args.count is None or seen < args.count):
+            with open_source(args.source, events, wait=not args.no_wait) as src:
+                offset = src.wall_offset_ns
+                while not (stopper.requested or src.exhausted
+                           or (args.count is not None and seen >= args.count)):
                     stopper.blocked = True
                     try:
-                        recs = sub.poll(POLL_MS, SETTLE_MS)
+                        recs = src.poll(POLL_MS, SETTLE_MS)
                     finally:
                         stopper.blocked = False
                     if args.count is not None:
@@ -124,26 +126,13 @@ def run(args: argparse.Namespace) -> int:
                     seen += write_records(recs, args.format, sys.stdout, offset,
                                           lambda: stopper.requested)
                     sys.stdout.flush()
-                    if sub.lost != lost:
-                        print(f"rezolus-ue: {sub.lost - lost} records lost (consumer too"
+                    if src.lost != lost:
+                        print(f"rezolus-ue: {src.lost - lost} records lost (consumer too"
                               " slow; the kernel ring was full)", file=sys.stderr)
-                        lost = sub.lost
+                        lost = src.lost
         except KeyboardInterrupt:
             if not stopper.requested:
                 raise
-    return 0
-
-
-def _replay(args: argparse.Namespace) -> int:
-    """Print the records of a recording (``--from``)."""
-    from .recfile import read_meta, read_records
-    from .subscription import resolve_events
-
-    offset = int(read_meta(args.source).get("wall_offset_ns", 0))
-    recs = read_records(args.source, events=resolve_events(args.events or None))
-    if args.count is not None:
-        recs = (r for _i, r in zip(range(args.count), recs, strict=False))
-    write_records(recs, args.format, sys.stdout, offset)
     return 0
 
 

@@ -17,6 +17,7 @@ heat strip, tables drop their least important columns and show as many rows as f
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import functools
 import os
@@ -34,7 +35,9 @@ from typing import Any
 import numpy as np
 from rich.text import Span, Text
 
+from ..config import path_arg
 from ..errors import RezolusError
+from .records import Record
 from .top_model import (
     TOP_EVENTS,
     CgroupRow,
@@ -1071,12 +1074,54 @@ def read_keys(fd: int, timeout_s: float = 0.0) -> list[str]:
     return split_keys(data.decode(errors="replace"))
 
 
+class Paced:
+    """A recording replayed at the pace it was recorded: data time follows wall time from
+    the first record on, so ``top --from`` plays frames as the live top drew them."""
+
+    live = False
+    lost = 0
+
+    def __init__(self, src: Any, clock: Callable[[], int] = time.monotonic_ns) -> None:
+        self.src = src
+        self.events = src.events
+        self._buf: collections.deque = collections.deque()
+        self._start: tuple[int, int] | None = None  # (wall, data) time of the first record
+        self._clock = clock
+
+    @property
+    def exhausted(self) -> bool:
+        """Return whether every record was replayed."""
+        return self.src.exhausted and not self._buf
+
+    def poll(self, timeout_ms: int, settle_ms: int = 0) -> list[Record]:
+        """Return the records whose time has come, waiting up to ``timeout_ms``."""
+        if not self._buf and not self.src.exhausted:
+            self._buf.extend(self.src.poll(0))
+        now = self._clock()
+        if self._buf and self._start is None:
+            self._start = (now, self._buf[0].time_ns)
+        due = -1 if self._start is None else self._start[1] + now - self._start[0]
+        out = []
+        while self._buf and self._buf[0].time_ns <= due:
+            out.append(self._buf.popleft())
+        if not out:
+            wait_ns = timeout_ms * 10**6
+            if self._buf:
+                wait_ns = min(wait_ns, self._buf[0].time_ns - due)
+            time.sleep(max(0, wait_ns) / 1e9)
+        return out
+
+    def close(self) -> None:
+        """Close the recording."""
+        self.src.close()
+
+
 def _subscribe(wait: bool) -> Any:
     """Return a Subscription to ``TOP_EVENTS``, or None while no agent has registered them."""
-    from .subscription import Subscription
+    from ..api import open_source
 
     try:
-        return Subscription(TOP_EVENTS, wait=False)
+        return open_source(None, TOP_EVENTS, wait=False)
     except RezolusError as e:
         # Only "nothing registered yet" is worth waiting for; missing kernel features and
         # permissions are not going to fix themselves.
@@ -1105,16 +1150,19 @@ def read_loadavg(path: str = "/proc/loadavg") -> tuple[float, float, float] | No
         return None
 
 
-def _run_once(model: Model, wait: bool) -> int:
+def _run_once(model: Model, wait: bool, source: str | None = None) -> int:
     from rich.console import Console
 
-    from .subscription import Subscription
+    from ..api import open_source
 
-    with Subscription(TOP_EVENTS, wait=wait) as sub:
+    with open_source(source, TOP_EVENTS, wait=wait) as sub:
         model.subscribed = tuple(sub.events)
         # The second frame is the first with a full interval; a third if we started
         # mid-tick and some rows had no earlier record to take a rate from.
         while model.frames < 2 or (model.frames < 3 and not _complete(model.view)):
+            if sub.exhausted:  # a recording too short for a full interval: what it has
+                model.flush()
+                break
             recs = sub.poll(SETTLE_MS)
             if recs:
                 model.ingest(recs)
@@ -1131,7 +1179,7 @@ def _run_once(model: Model, wait: bool) -> int:
     return 0
 
 
-def _run_live(model: Model, ui: UiState, wait: bool) -> int:
+def _run_live(model: Model, ui: UiState, wait: bool, source: str | None = None) -> int:
     from rich.console import Console
     from rich.live import Live
 
@@ -1140,7 +1188,12 @@ def _run_live(model: Model, ui: UiState, wait: bool) -> int:
     # With --no-wait, subscribe before the screen: its error prints as one plain line.
     # Else the loop subscribes after the first screen is drawn: opening a perf event per
     # event and CPU takes seconds on a slow machine, and the screen says what top awaits.
-    sub = None if wait else _subscribe(wait)
+    if source is not None:
+        from ..api import open_source
+
+        sub = Paced(open_source(source, TOP_EVENTS))
+    else:
+        sub = None if wait else _subscribe(wait)
     console = Console(highlight=False)
     fd = sys.stdin.fileno()
 
@@ -1186,8 +1239,10 @@ def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: in
             if recs:
                 model.ingest(recs)
                 last_data = now
-            elif model.batch_open and now - last_data >= SETTLE_MS / 1000:
+            elif model.batch_open and (now - last_data >= SETTLE_MS / 1000 or sub.exhausted):
                 model.flush()
+            if sub.exhausted:
+                last_data = now  # the end of a recording: nothing is late
             model.lost = sub.lost
             model.subscribed = tuple(sub.events)
             keys = read_keys(fd)
@@ -1213,8 +1268,9 @@ def run(args: argparse.Namespace) -> int:
     uname = os.uname()
     model = Model(args.interval, host=uname.nodename, kernel=uname.release)
     if args.once:
-        return _run_once(model, wait=not args.no_wait)
-    return _run_live(model, UiState(interval_s=args.interval), wait=not args.no_wait)
+        return _run_once(model, wait=not args.no_wait, source=args.source)
+    return _run_live(model, UiState(interval_s=args.interval), wait=not args.no_wait,
+                     source=args.source)
 
 
 def _seconds(text: str) -> float:
@@ -1240,6 +1296,7 @@ examples:
   sudo rezolus-ue top                     watch (waits for the agent if it is not running)
   sudo rezolus-ue top --interval 2s       redraw every 2 s of data
   sudo rezolus-ue top --once > top.txt    one full frame, every row, for scripts
+  rezolus-ue top --from run.rzr           replay a recording at the pace it was recorded
 
 top subscribes only to the events its panels show, so the agent samples nothing else
 for it:
@@ -1266,4 +1323,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="exit with a message if the agent is not running, instead of waiting")
     p.add_argument("--once", action="store_true",
                    help="print one frame to stdout after the first full interval and exit")
+    p.add_argument("--from", dest="source", type=path_arg, metavar="FILE",
+                   help="replay a recording (rezolus-ue record / dump output, a ring"
+                   " directory or Parquet) instead of the live tracepoints")
     p.set_defaults(func=run)
