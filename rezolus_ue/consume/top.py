@@ -1169,7 +1169,7 @@ def _run_once(model: Model, wait: bool, source: str | None = None) -> int:
             else:
                 model.flush()
             model.lost = sub.lost
-    model.loadavg = read_loadavg()
+    model.loadavg = read_loadavg() if source is None else None
     console = Console(highlight=False)
     width, height = console.size
     if not console.is_terminal:
@@ -1204,7 +1204,7 @@ def _run_live(model: Model, ui: UiState, wait: bool, source: str | None = None) 
     subs = [sub]  # the loop replaces it once the agent appears; closed here either way
     try:
         with cbreak(fd), Live(console=console, screen=True, auto_refresh=False) as live:
-            _loop(subs, model, ui, live, console, fd)
+            _loop(subs, model, ui, live, console, fd, replay=source is not None)
     except KeyboardInterrupt:
         pass
     finally:
@@ -1214,9 +1214,11 @@ def _run_live(model: Model, ui: UiState, wait: bool, source: str | None = None) 
     return 0
 
 
-def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: int) -> None:
+def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: int, *,
+          replay: bool = False) -> None:
     """Poll records and keys; redraw when a frame is committed, a key changed the UI,
-    the terminal was resized, or (only while no data comes) once a second to say so."""
+    the terminal was resized, or (only while no data comes) once a second to say so.
+    ``replay``: a recording, whose host's load average is not this one's."""
     sub = subs[0]
     drawn: tuple = ()
     last_data = time.monotonic()
@@ -1258,15 +1260,20 @@ def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: in
         state = (model.frames, size, stale, ui, model.subscribed)
         if state != drawn:
             drawn = state
-            model.loadavg = read_loadavg()
+            model.loadavg = None if replay else read_loadavg()
             live.update(render(model, size.width, size.height, replace(ui, silent_s=silent)),
                         refresh=True)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``rezolus-ue top``; return the exit status."""
-    uname = os.uname()
-    model = Model(args.interval, host=uname.nodename, kernel=uname.release)
+    if args.source is None:
+        uname = os.uname()
+        model = Model(args.interval, host=uname.nodename, kernel=uname.release)
+    else:  # the recording's host, as far as it says
+        from .recfile import read_meta
+
+        model = Model(args.interval, host=str(read_meta(args.source).get("hostname", "")))
     if args.once:
         return _run_once(model, wait=not args.no_wait, source=args.source)
     return _run_live(model, UiState(interval_s=args.interval), wait=not args.no_wait,
