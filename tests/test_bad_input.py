@@ -27,7 +27,7 @@ import pytest
 from test_recorder import workload
 
 from rezolus_ue import cli, config
-from rezolus_ue.consume import recfile, recorder
+from rezolus_ue.consume import dump, recfile
 from rezolus_ue.consume.recfile import (
     KIND_DATA,
     RecordingError,
@@ -154,7 +154,7 @@ def test_a_valid_checksum_bad_block_is_skipped_alone(tmp_path: Path, name: str) 
     # dump reads it the same way: the dump holds exactly what tail prints.
     out = tmp_path / "dump.rzr"
     files = [recfile.MappedFile.open(mixed)]
-    recorder.assemble(files, out)
+    dump.assemble(files, out)
     files[0].close()
     assert Counter(key(r) for r in read_records(out)) == records_of(blocks)
 
@@ -388,17 +388,17 @@ def test_a_dump_through_the_recorder_is_created_by_the_asker(tmp_path: Path) -> 
     f = tmp_path / "into"
     f.write_bytes(b"")
     uid = os.geteuid()
-    os.close(recorder._open_into(f, uid))
+    os.close(dump._open_into(f, uid))
     for bad, why in ((f, uid + 1), (tmp_path, uid)):
         with pytest.raises(RecordingError):
-            recorder._open_into(bad, why)
+            dump._open_into(bad, why)
     f.write_bytes(b"x")
     with pytest.raises(RecordingError, match="not an empty file"):
-        recorder._open_into(f, uid)
+        dump._open_into(f, uid)
     link = tmp_path / "link"
     link.symlink_to(f)
     with pytest.raises(RecordingError, match="too many levels"):
-        recorder._open_into(link, uid)
+        dump._open_into(link, uid)
 
 
 # --- configs ------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from rezolus_ue.cli import _Parser
-from rezolus_ue.consume import recfile, recorder
+from rezolus_ue.consume import dump, recfile, recorder, segments
 from rezolus_ue.consume.recfile import RecordingError, ScanStats, read_records
 from rezolus_ue.consume.records import Record, record_from_json
 from rezolus_ue.errors import RezolusError
@@ -270,7 +270,7 @@ def test_dump_as_parquet_with_last(tmp_path: Path) -> None:
     write_blocks(p, [recs[i : i + 11] for i in range(0, len(recs), 11)])
     mf = recfile.MappedFile.open(p)
     try:
-        res = recorder.assemble([mf], tmp_path / "pq", "parquet", last_ns=2 * 10**9)
+        res = dump.assemble([mf], tmp_path / "pq", "parquet", last_ns=2 * 10**9)
     finally:
         mf.close()
     newest = max(r.time_ns for r in recs)
@@ -304,20 +304,20 @@ class Clock:
 
 def test_ring_rotates_by_size_and_keeps_the_newest(tmp_path: Path) -> None:
     clock = Clock()
-    ring = recorder.Ring(tmp_path / "ring", max_size=12_000, segment_size=3_000,
+    ring = segments.Ring(tmp_path / "ring", max_size=12_000, segment_size=3_000,
                          clock=clock.mono, wall=clock.wall)
     ring.open()
     recs = workload(40)
     batches = [recs[i : i + 10] for i in range(0, len(recs), 10)]
     for b in batches:
         ring.write(b)
-        segs = recorder.list_segments(ring.root)
+        segs = segments.list_segments(ring.root)
         assert sum(s.size for s in segs) <= 12_000
         assert sum(1 for s in segs if not s.complete) == 1
     assert ring.deleted > 0
     ring.close()
-    assert not (ring.root / recorder.PID_FILE).exists()
-    segs = recorder.list_segments(ring.root)
+    assert not (ring.root / segments.PID_FILE).exists()
+    segs = segments.list_segments(ring.root)
     assert all(s.complete for s in segs) and len(segs) >= 3
     got = list(read_records(ring.root))
     # What is left is the newest stretch of whole blocks, ending with the last record.
@@ -328,7 +328,7 @@ def test_ring_rotates_by_size_and_keeps_the_newest(tmp_path: Path) -> None:
 
 def test_ring_rotates_by_age(tmp_path: Path) -> None:
     clock = Clock()
-    ring = recorder.Ring(tmp_path / "ring", max_size=1 << 30, max_age_ns=10 * 10**9,
+    ring = segments.Ring(tmp_path / "ring", max_size=1 << 30, max_age_ns=10 * 10**9,
                          clock=clock.mono, wall=clock.wall)
     assert ring.segment_ns == 10**9 + 250_000_000
     ring.open()
@@ -338,7 +338,7 @@ def test_ring_rotates_by_age(tmp_path: Path) -> None:
         ring.write(recs[sec * per_sec : (sec + 1) * per_sec])
         clock.ns += 10**9
     ring.tick()
-    segs = recorder.list_segments(ring.root)
+    segs = segments.list_segments(ring.root)
     ages = [clock.wall() - s.mtime for s in segs if s.complete]
     assert ages and max(ages) <= 10  # nothing older than --max-age is kept
     got = list(read_records(ring.root))
@@ -349,11 +349,11 @@ def test_ring_rotates_by_age(tmp_path: Path) -> None:
 
 def test_ring_is_locked_and_repairs_a_killed_recorders_segment(tmp_path: Path) -> None:
     root = tmp_path / "ring"
-    ring = recorder.Ring(root, max_size=1 << 20)
+    ring = segments.Ring(root, max_size=1 << 20)
     ring.open()
     with pytest.raises(RecordingError, match=r"another recorder \(pid \d+\) is writing"):
-        recorder.Ring(root, max_size=1 << 20).open()
-    assert recorder.running_recorder(root) == os.getpid()
+        segments.Ring(root, max_size=1 << 20).open()
+    assert segments.running_recorder(root) == os.getpid()
     batches = _batches()
     for b in batches:
         ring.write(b)
@@ -366,8 +366,8 @@ def test_ring_is_locked_and_repairs_a_killed_recorders_segment(tmp_path: Path) -
         f.write(blk[: len(blk) // 2])
     os.close(ring._lock_fd)
     ring._lock_fd = -1
-    assert recorder.running_recorder(root) is None
-    ring2 = recorder.Ring(root, max_size=1 << 20)
+    assert segments.running_recorder(root) is None
+    ring2 = segments.Ring(root, max_size=1 << 20)
     ring2.open()
     assert not part.exists() and part.with_name(part.name[: -len(".part")]).exists()
     ring2.close()
@@ -380,7 +380,7 @@ def test_assemble_last_window(tmp_path: Path) -> None:
     write_blocks(p, [recs[i : i + 7] for i in range(0, len(recs), 7)])
     mf = recfile.MappedFile.open(p)
     try:
-        res = recorder.assemble([mf], tmp_path / "out.rzr", last_ns=3 * 10**9)
+        res = dump.assemble([mf], tmp_path / "out.rzr", last_ns=3 * 10**9)
     finally:
         mf.close()
     newest = max(r.time_ns for r in recs)
@@ -405,7 +405,9 @@ def test_sizes() -> None:
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = _Parser(prog="rezolus-ue")
-    recorder.add_parser(p.add_subparsers(dest="command", parser_class=_Parser))
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    recorder.add_parser(sub)
+    dump.add_parser(sub)
     return p.parse_args(argv)
 
 
@@ -478,7 +480,7 @@ def lines(records: list[Record]) -> bytes:
 
 
 def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "rezolus_ue.consume.recorder", *args]
+    return [sys.executable, "-m", "rezolus_ue", *args]
 
 
 def start(*args: str) -> subprocess.Popen[bytes]:
@@ -564,7 +566,7 @@ def _ring_recorder(tmp_path: Path, procs, *extra: str) -> tuple[Path, subprocess
     root = tmp_path / "ring"
     p = start("record", "--ring", str(root), "--max-size", "1M", "--flush", "20ms", *extra)
     procs.append(p)
-    assert recorder.running_recorder(root) == p.pid
+    assert segments.running_recorder(root) == p.pid
     return root, p
 
 
@@ -576,7 +578,7 @@ def test_sigusr1_dumps_the_window(tmp_path: Path, procs) -> None:  # type: ignor
     p.stdin.flush()
     wait_for(lambda: count(root) == len(recs), what="records in the ring")
     p.send_signal(signal.SIGUSR1)
-    dumps = root / recorder.DUMPS_DIR
+    dumps = root / segments.DUMPS_DIR
     wait_for(lambda: dumps.is_dir() and any(f.suffix == ".rzr" for f in dumps.iterdir()),
              what="the dump")
     (dump,) = [f for f in dumps.iterdir() if f.suffix == ".rzr"]
@@ -603,7 +605,7 @@ def test_dump_command_asks_the_running_recorder_then_reads_segments(tmp_path: Pa
     assert not list(root.glob(".dump-*"))
     rc, _err = finish(p)
     assert rc == 0
-    assert not list(root.glob("*.part")) and not (root / recorder.PID_FILE).exists()
+    assert not list(root.glob("*.part")) and not (root / segments.PID_FILE).exists()
     out2 = tmp_path / "out2.rzr"
     d = subprocess.run(cli("dump", "--ring", str(root), "--last", "1s", str(out2)), cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
@@ -661,7 +663,7 @@ def test_kill_9_mid_write_leaves_a_readable_ring(tmp_path: Path, procs) -> None:
     before = by_event(list(read_records(root)))
     p = start("record", "--ring", str(root), "--max-size", "1M")
     procs.append(p)
-    assert recorder.running_recorder(root) == p.pid
+    assert segments.running_recorder(root) == p.pid
     rc, _err = finish(p)
     assert rc == 0
     assert by_event(list(read_records(root))) == before
@@ -701,13 +703,13 @@ def test_dump_copy_is_cheap(tmp_path: Path) -> None:
     """A dump of a ring copies verified blocks: check it writes what it says."""
     recs = workload(5)
     src = tmp_path / "ring"
-    ring = recorder.Ring(src, max_size=1 << 20, segment_size=2000)
+    ring = segments.Ring(src, max_size=1 << 20, segment_size=2000)
     ring.open()
     for i in range(0, len(recs), 10):
         ring.write(recs[i : i + 10])
     files = ring.snapshot()
     try:
-        res = recorder.assemble(files, tmp_path / "d.rzr")
+        res = dump.assemble(files, tmp_path / "d.rzr")
     finally:
         for f in files:
             f.close()

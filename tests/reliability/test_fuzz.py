@@ -30,7 +30,7 @@ from test_config import _DOCS
 from test_recorder import workload
 
 from rezolus_ue import cli, config
-from rezolus_ue.consume import recfile, recorder
+from rezolus_ue.consume import dump, recfile
 from rezolus_ue.consume.recfile import KIND_DATA, RecordingError, ScanStats
 from rezolus_ue.consume.records import Record
 from rezolus_ue.errors import ConfigError
@@ -242,7 +242,7 @@ def test_damaged_recordings_lose_only_the_damage(tmp_path: Path) -> None:
             continue
         files = [recfile.MappedFile.open(src)]
         try:
-            recorder.assemble(files, out)
+            dump.assemble(files, out)
         except RecordingError as e:
             assert not got and "no records" in str(e), f"seed {seed}"
             continue
