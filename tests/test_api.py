@@ -22,7 +22,7 @@ import pytest
 from test_recorder import workload
 
 import rezolus_ue
-from rezolus_ue.consume import recfile
+from rezolus_ue.consume import recblocks, recfile
 from rezolus_ue.consume.records import Record, record_from_json
 from rezolus_ue.consume.source import RecordingSource, open_source
 from rezolus_ue.consume.top import Paced
@@ -121,7 +121,7 @@ def test_subscribe_refuses_unknown_events_and_files(tmp_path: Path) -> None:
 def test_recording_source_polls_in_batches_then_idles(tmp_path: Path) -> None:
     recs = workload(2)
     rec = tmp_path / "w.rzr"
-    recfile.write_native(recs, rec, recfile.recording_meta())
+    recfile.write_native(recs, rec, recblocks.recording_meta())
     with RecordingSource(rec, batch=10) as src:
         assert not src.live and src.lost == 0 and src.wall_offset_ns != 0
         got = []

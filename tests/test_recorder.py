@@ -25,8 +25,9 @@ import numpy as np
 import pytest
 
 from rezolus_ue.cli import _Parser
-from rezolus_ue.consume import dump, recfile, recorder, segments
-from rezolus_ue.consume.recfile import RecordingError, ScanStats, read_records
+from rezolus_ue.consume import dump, recblocks, recfile, recorder, recparquet, rectables, segments
+from rezolus_ue.consume.recblocks import RecordingError, ScanStats
+from rezolus_ue.consume.recfile import read_records
 from rezolus_ue.consume.records import Record, record_from_json
 from rezolus_ue.errors import RezolusError
 from rezolus_ue.metrics import h2
@@ -34,7 +35,7 @@ from rezolus_ue.schema import by_name
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = by_name()
-needs_pyarrow = pytest.mark.skipif(not recfile.have_pyarrow(),
+needs_pyarrow = pytest.mark.skipif(not recparquet.have_pyarrow(),
                                    reason="pyarrow is not installed (the optional Parquet path)")
 
 
@@ -83,7 +84,7 @@ def by_event(records: list[Record]) -> dict[str, list[Record]]:
 
 
 def write_blocks(path: Path, batches: list[list[Record]]) -> None:
-    w = recfile.NativeWriter.create(path, recfile.recording_meta(), overwrite=True)
+    w = recfile.NativeWriter.create(path, recblocks.recording_meta(), overwrite=True)
     for b in batches:
         w.write_records(b)
     w.close()
@@ -109,7 +110,7 @@ def test_native_round_trip_per_event(tmp_path: Path) -> None:
 
 def test_event_filter_and_meta(tmp_path: Path) -> None:
     p = tmp_path / "a.rzr"
-    recfile.write_native(workload(), p, recfile.recording_meta(note="x"))
+    recfile.write_native(workload(), p, recblocks.recording_meta(note="x"))
     got = list(read_records(p, events=["rezolus_cgroup", "rezolus_agent"]))
     assert {r.event for r in got} == {"rezolus_cgroup", "rezolus_agent"}
     meta = recfile.read_meta(p)
@@ -190,7 +191,7 @@ def test_truncation_at_every_offset_of_the_last_block(tmp_path: Path) -> None:
     p = tmp_path / "a.rzr"
     write_blocks(p, batches)
     data = p.read_bytes()
-    refs = list(recfile.scan_blocks(data))
+    refs = list(recblocks.scan_blocks(data))
     assert len(refs) == len(batches) + 1  # meta + one data block per batch
     last = refs[-1]
     complete = sorted(itertools.chain(*batches[:-1]), key=lambda r: r.time_ns)
@@ -200,7 +201,7 @@ def test_truncation_at_every_offset_of_the_last_block(tmp_path: Path) -> None:
         assert by_event(got) == by_event(complete), cut
         assert st.tail_bytes == cut - last.start and st.skipped_bytes == 0
     # The same through files, at a few offsets.
-    for cut in (last.start + 1, last.start + recfile.HEADER.size, last.end - 1):
+    for cut in (last.start + 1, last.start + recblocks.HEADER.size, last.end - 1):
         q = tmp_path / f"cut{cut}.rzr"
         q.write_bytes(data[:cut])
         assert by_event(list(read_records(q))) == by_event(complete)
@@ -211,7 +212,7 @@ def test_truncation_at_random_offsets_reads_every_complete_block(tmp_path: Path)
     p = tmp_path / "a.rzr"
     write_blocks(p, batches)
     data = p.read_bytes()
-    ends = [r.end for r in recfile.scan_blocks(data)][1:]  # after each data block
+    ends = [r.end for r in recblocks.scan_blocks(data)][1:]  # after each data block
     rng = random.Random(7)
     for cut in [rng.randrange(len(data) + 1) for _ in range(300)]:
         n = sum(1 for e in ends if e <= cut)
@@ -224,7 +225,7 @@ def test_damage_in_the_middle_skips_one_block(tmp_path: Path, caplog) -> None:  
     p = tmp_path / "a.rzr"
     write_blocks(p, batches)
     data = bytearray(p.read_bytes())
-    refs = list(recfile.scan_blocks(bytes(data)))
+    refs = list(recblocks.scan_blocks(bytes(data)))
     victim = refs[2]  # the second data block
     data[(victim.start + victim.end) // 2] ^= 0xFF
     p.write_bytes(bytes(data))
@@ -246,7 +247,7 @@ def test_parquet_round_trip(tmp_path: Path) -> None:
 
     recs = workload()
     out = tmp_path / "pq"
-    assert recfile.write_parquet(recs, out, recfile.recording_meta()) == len(recs)
+    assert recparquet.write_parquet(recs, out, recblocks.recording_meta()) == len(recs)
     names = sorted(f.name for f in out.iterdir())
     assert names == sorted(f"{e}.parquet" for e in by_event(recs))
     assert by_event(list(read_records(out))) == by_event(recs)
@@ -268,7 +269,7 @@ def test_dump_as_parquet_with_last(tmp_path: Path) -> None:
     recs = workload(6)
     p = tmp_path / "a.rzr"
     write_blocks(p, [recs[i : i + 11] for i in range(0, len(recs), 11)])
-    mf = recfile.MappedFile.open(p)
+    mf = recblocks.MappedFile.open(p)
     try:
         res = dump.assemble([mf], tmp_path / "pq", "parquet", last_ns=2 * 10**9)
     finally:
@@ -283,7 +284,7 @@ def test_dump_as_parquet_with_last(tmp_path: Path) -> None:
 def test_parquet_without_pyarrow_says_how(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with pytest.raises(RecordingError, match="pip install pyarrow"):
-        recfile.write_parquet(workload(1), tmp_path / "pq")
+        recparquet.write_parquet(workload(1), tmp_path / "pq")
 
 
 # --- ring -----------------------------------------------------------------------------------
@@ -360,8 +361,8 @@ def test_ring_is_locked_and_repairs_a_killed_recorders_segment(tmp_path: Path) -
     part = ring.current
     assert part is not None and part.name.endswith(".part")
     # Simulate kill -9 mid-write: half a block at the end, lock released by the kernel.
-    blk = recfile.encode_block(recfile.KIND_DATA, recfile.encode_tables(
-        recfile.to_tables(workload(1))))
+    blk = recblocks.encode_block(recblocks.KIND_DATA, rectables.encode_tables(
+        rectables.to_tables(workload(1))))
     with open(part, "ab") as f:
         f.write(blk[: len(blk) // 2])
     os.close(ring._lock_fd)
@@ -378,7 +379,7 @@ def test_assemble_last_window(tmp_path: Path) -> None:
     recs = workload(10)
     p = tmp_path / "a.rzr"
     write_blocks(p, [recs[i : i + 7] for i in range(0, len(recs), 7)])
-    mf = recfile.MappedFile.open(p)
+    mf = recblocks.MappedFile.open(p)
     try:
         res = dump.assemble([mf], tmp_path / "out.rzr", last_ns=3 * 10**9)
     finally:

@@ -25,18 +25,17 @@ from typing import Any
 
 from ..config import duration_arg, format_duration, path_arg
 from ..errors import RezolusError, os_error_text
-from . import recfile
-from .recfile import (
+from . import recblocks, recfile, recparquet, rectables
+from .recblocks import (
     KIND_DATA,
     KIND_META,
     NATIVE_SUFFIX,
     MappedFile,
-    NativeWriter,
     RecordingError,
-    read_meta,
-    read_records,
     scan_blocks,
+    warn_damage,
 )
+from .recfile import NativeWriter, read_meta, read_records
 from .records import Record
 from .segments import DEFAULT_RING, DUMPS_DIR, PID_FILE, Ring, list_segments, running_recorder
 
@@ -74,7 +73,7 @@ class DumpResult:
 @dataclass
 class _BlockInfo:
     mf: MappedFile
-    ref: recfile.BlockRef
+    ref: recblocks.BlockRef
     rows: int = 0
     tmin: int = 0
     tmax: int = 0
@@ -89,7 +88,7 @@ def _block_infos(files: list[MappedFile]) -> Iterator[_BlockInfo]:
     bytes: a ring can be larger than memory). Damage is skipped, and warned about once
     per file, exactly as ``read_records`` does: a dump holds what a reader would read."""
     for mf in files:
-        st = recfile.ScanStats()
+        st = recblocks.ScanStats()
         for ref in scan_blocks(mf.buf, st):
             try:
                 if ref.kind == KIND_META:
@@ -98,8 +97,8 @@ def _block_infos(files: list[MappedFile]) -> Iterator[_BlockInfo]:
                     continue
                 if ref.kind != KIND_DATA:
                     continue
-                tables = recfile.decode_block(mf.buf, ref)
-            except (recfile.BlockError, ValueError, RecursionError) as e:
+                tables = rectables.decode_block(mf.buf, ref)
+            except (recblocks.BlockError, ValueError, RecursionError) as e:
                 st.bad(ref, e)
                 continue
             times = [t.columns["time_ns"] for t in tables if t.rows]
@@ -107,7 +106,7 @@ def _block_infos(files: list[MappedFile]) -> Iterator[_BlockInfo]:
                 yield _BlockInfo(mf, ref, sum(len(x) for x in times),
                                  min(int(x.min()) for x in times),
                                  max(int(x.max()) for x in times))
-        recfile._warn_damage(mf.path, st)
+        warn_damage(mf.path, st)
 
 
 def _window(infos: list[_BlockInfo], cutoff: int | None, res: DumpResult) -> Iterator[bytes]:
@@ -130,7 +129,7 @@ def _window(infos: list[_BlockInfo], cutoff: int | None, res: DumpResult) -> Ite
             rows, tmin, tmax = b.rows, b.tmin, b.tmax
         else:
             recs = [r for r in recfile.read_native(b.raw()) if r.time_ns >= cutoff]
-            yield recfile.encode_block(KIND_DATA, recfile.encode_tables(recfile.to_tables(recs)))
+            yield from recfile.data_blocks(recs)
             rows, tmin, tmax = len(recs), recs[0].time_ns, max(r.time_ns for r in recs)
         res.records += rows
         res.first_ns = tmin if res.first_ns is None else min(res.first_ns, tmin)
@@ -170,7 +169,7 @@ def assemble(files: list[MappedFile], out: Path, fmt: str = "native", *,
     try:
         if fmt == "parquet":
             recs = (r for blk in _window(infos, cutoff, res) for r in recfile.read_native(blk))
-            recfile.write_parquet(recs, tmp, meta)
+            recparquet.write_parquet(recs, tmp, meta)
         else:
             w = NativeWriter(os.open(tmp, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC), tmp)
             try:
@@ -375,7 +374,7 @@ def run_dump(args: argparse.Namespace) -> int:
     out: Path = args.outfile
     fmt = args.format or ("parquet" if out.suffix == ".parquet" else "native")
     if fmt == "parquet":
-        recfile._pyarrow()
+        recparquet._pyarrow()
     recfile.check_output(out, fmt, args.force)
     if args.source is not None:
         source = recfile.check_input(args.source)

@@ -26,15 +26,10 @@ from typing import Protocol
 
 from ..config import DURATION_HELP, duration_arg, format_duration, path_arg
 from ..errors import ConfigError, os_error_text
-from . import recfile
+from . import recfile, recparquet
 from .dump import DumpServer
-from .recfile import (
-    NativeWriter,
-    RecordingError,
-    read_meta,
-    read_records,
-    recording_meta,
-)
+from .recblocks import RecordingError, recording_meta
+from .recfile import NativeWriter, read_meta, read_records
 from .records import Record
 from .segments import Ring, running_recorder
 from .source import Source, open_source, open_test_source
@@ -115,7 +110,7 @@ class ParquetSink:
     JOURNAL = "journal.rzr"
 
     def __init__(self, path: Path, *, overwrite: bool = False) -> None:
-        recfile._pyarrow()
+        recparquet._pyarrow()
         recfile.check_output(path, "parquet", overwrite)
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -139,7 +134,7 @@ class ParquetSink:
         self.journal.close()
         jp = self.journal.path
         try:
-            recfile.write_parquet(read_records(jp), self.path, read_meta(jp))
+            recparquet.write_parquet(read_records(jp), self.path, read_meta(jp))
             jp.unlink()
         except OSError as e:  # the journal stays: `dump --from DIR` converts it later
             raise RecordingError(os_error_text(e, self.path, "write")) from None
@@ -267,7 +262,7 @@ def run_record(args: argparse.Namespace) -> int:
         path = Path(target)  # type: ignore[arg-type]
         fmt = args.format or ("parquet" if path.suffix == ".parquet" else "native")
         if fmt == "parquet":
-            recfile._pyarrow()
+            recparquet._pyarrow()
         recfile.check_output(path, fmt, args.force)
         where = str(path)
     source = _open_source(args, events)

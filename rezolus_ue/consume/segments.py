@@ -26,17 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import os_error_text
-from . import recfile
-from .recfile import (
+from . import recblocks
+from .recblocks import (
     KIND_DATA,
     NATIVE_SUFFIX,
     PART_SUFFIX,
     MappedFile,
-    NativeWriter,
     RecordingError,
     recording_meta,
     scan_blocks,
 )
+from .recfile import NativeWriter
 from .records import Record
 
 log = logging.getLogger("rezolus_ue")
@@ -91,7 +91,7 @@ def repair_segment(path: Path) -> Path | None:
     """
     mf = MappedFile.open(path)
     try:
-        stats = recfile.ScanStats()
+        stats = recblocks.ScanStats()
         refs = list(scan_blocks(mf.buf, stats))
     finally:
         mf.close()

@@ -34,8 +34,9 @@ from ..config import path_arg
 from ..errors import RezolusError
 from .records import Record
 from .top_keys import UiState, handle_key, split_keys
-from .top_model import TOP_EVENTS, Model, View
+from .top_model import TOP_EVENTS, Model
 from .top_render import render
+from .top_rows import View
 
 # --- I/O: terminal, subscription, loop --------------------------------------------------
 

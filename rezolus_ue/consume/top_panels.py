@@ -15,12 +15,7 @@ from dataclasses import dataclass
 from rich.text import Text
 
 from .top_keys import UiState
-from .top_model import (
-    CpuRow,
-    HistRow,
-    SamplerRow,
-    View,
-)
+from .top_rows import CpuRow, HistRow, SamplerRow, View
 from .top_widgets import (
     _LEVELS,
     _bar,

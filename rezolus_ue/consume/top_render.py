@@ -10,12 +10,7 @@ from collections.abc import Sequence
 from rich.text import Text
 
 from .top_keys import INTERVALS, SORTS, UiState
-from .top_model import (
-    TOP_EVENTS,
-    Model,
-    PressureRow,
-    View,
-)
+from .top_model import TOP_EVENTS, Model
 from .top_panels import (
     _STATE_STYLE,
     _TROUBLE,
@@ -28,6 +23,7 @@ from .top_panels import (
     _stack,
     _table_block,
 )
+from .top_rows import PressureRow, View
 from .top_widgets import (
     _CGROUP_COLS,
     _CGROUP_KEYS,

@@ -11,11 +11,7 @@ import numpy as np
 from rich.text import Span, Text
 
 from .top_keys import UiState
-from .top_model import (
-    CgroupRow,
-    DiskRow,
-    NetRow,
-)
+from .top_rows import CgroupRow, DiskRow, NetRow
 
 # --- formatting ------------------------------------------------------------------------
 
