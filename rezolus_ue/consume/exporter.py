@@ -29,7 +29,7 @@ from ..config import path_arg
 from ..errors import ConfigError, RezolusError
 from .prometheus import DEFAULT_STALE, State, exposition, mapping_table
 from .records import Record
-from .source import Source
+from .source import RECORDING_HELP, Source
 
 log = logging.getLogger("rezolus_ue")
 
@@ -295,9 +295,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-wait", action="store_true",
                    help="fail at once if the agent is not publishing, instead of waiting")
     p.add_argument("--from", dest="source", type=path_arg, metavar="FILE",
-                   help="serve a recording (rezolus-ue record / dump output, a ring directory"
-                   " or Parquet) instead of the live tracepoints: every record is ingested,"
-                   " then /metrics shows the values at its end, judged stale by its clock")
+                   help=f"serve {RECORDING_HELP} instead of the live tracepoints: every"
+                   " record is ingested, then /metrics shows the values at its end, judged"
+                   " stale by its clock")
     p.set_defaults(func=run)
 
 

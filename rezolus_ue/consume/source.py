@@ -24,6 +24,9 @@ from ..errors import ConfigError, os_error_text
 from .recfile import read_meta, read_records
 from .records import Record, record_from_json
 
+#: What ``--from FILE`` takes, for the commands' help.
+RECORDING_HELP = "a recording (rezolus-ue record / dump output, a ring directory or Parquet)"
+
 
 class Source(Protocol):
     """What a consumer reads records from."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .records import Record
+from .source import RECORDING_HELP
 
 #: Longest wait for records in one poll.
 POLL_MS = 1000
@@ -154,8 +155,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-wait", action="store_true",
                    help="exit at once if the agent is not running, instead of waiting")
     p.add_argument("--from", dest="source", type=Path, metavar="FILE",
-                   help="print a recording (rezolus-ue record / dump output, a ring"
-                   " directory or Parquet) instead of live records")
+                   help=f"print {RECORDING_HELP} instead of live records")
     p.set_defaults(func=run)
 
 

@@ -33,6 +33,7 @@ from typing import Any
 from ..config import path_arg
 from ..errors import RezolusError
 from .records import Record
+from .source import RECORDING_HELP
 from .top_keys import UiState, handle_key, split_keys
 from .top_model import TOP_EVENTS, Model
 from .top_render import render
@@ -327,6 +328,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--once", action="store_true",
                    help="print one frame to stdout after the first full interval and exit")
     p.add_argument("--from", dest="source", type=path_arg, metavar="FILE",
-                   help="replay a recording (rezolus-ue record / dump output, a ring"
-                   " directory or Parquet) instead of the live tracepoints")
+                   help=f"replay {RECORDING_HELP} instead of the live tracepoints")
     p.set_defaults(func=run)
