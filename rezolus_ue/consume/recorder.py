@@ -32,7 +32,7 @@ from .recblocks import RecordingError, recording_meta
 from .recfile import NativeWriter, read_meta, read_records
 from .records import Record
 from .segments import Ring, running_recorder
-from .source import Source, open_source, open_test_source
+from .source import Source, open_test_source
 
 log = logging.getLogger("rezolus_ue")
 
@@ -301,6 +301,8 @@ def run_record(args: argparse.Namespace) -> int:
 def _open_source(args: argparse.Namespace, events: list[str]) -> Source:
     if args.source_file is not None:
         return open_test_source(args.source_file, events or None)
+    from ..api import open_source
+
     return open_source(None, events or None, wait=not args.no_wait)
 
 
