@@ -176,18 +176,17 @@ class JsonLinesSource(_Replay):
 
 
 def open_source(source: str | os.PathLike[str] | None = None,
-                events: Sequence[str] | None = None, *, wait: bool = True,
-                on_wait=None) -> Source:  # type: ignore[no-untyped-def]
+                events: Sequence[str] | None = None, *, wait: bool = True) -> Source:
     """Return the records of ``events`` (None: all) from ``source``.
 
     ``source`` None: the live tracepoints (a ``Subscription``: waits for the agent unless
-    ``wait`` is false; ``on_wait`` is called once if it does). A path: that recording, a
-    ring directory or a Parquet recording (every event it holds if ``events`` is None).
+    ``wait`` is false). A path: that recording, a ring directory or a Parquet recording
+    (every event it holds if ``events`` is None).
     """
     if source is None:
         from .subscription import Subscription
 
-        return Subscription(events, wait=wait, **({"on_wait": on_wait} if on_wait else {}))
+        return Subscription(events, wait=wait)
     return RecordingSource(source, events)
 
 
