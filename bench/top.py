@@ -33,8 +33,9 @@ from rich.live import Live  # noqa: E402
 
 from rezolus_ue import schema  # noqa: E402
 from rezolus_ue.consume.records import Record  # noqa: E402
-from rezolus_ue.consume.top import UiState, render  # noqa: E402
+from rezolus_ue.consume.top_keys import UiState  # noqa: E402
 from rezolus_ue.consume.top_model import Model  # noqa: E402
+from rezolus_ue.consume.top_render import render  # noqa: E402
 from rezolus_ue.metrics import h2  # noqa: E402
 from rezolus_ue.metrics.family import histogram_records  # noqa: E402
 

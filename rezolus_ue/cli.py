@@ -120,9 +120,9 @@ def build_parser(lean: bool = False) -> argparse.ArgumentParser:
     if lean:
         return p
     from . import config_cmd, service_cmd
-    from .consume import exporter, recorder, tail, top
+    from .consume import dump, exporter, recorder, tail, top
 
-    for module in (top, tail, recorder, exporter, config_cmd, service_cmd):
+    for module in (top, tail, recorder, dump, exporter, config_cmd, service_cmd):
         module.add_parser(sub)
     return p
 

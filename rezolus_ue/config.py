@@ -52,6 +52,17 @@ def path_arg(text: str) -> Path:
     return Path(text)
 
 
+def duration_arg(text: str) -> int:
+    """Return a command-line duration (more than 0) in ns; raise ArgumentTypeError if not."""
+    try:
+        ns = parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if ns <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0")
+    return ns
+
+
 def shown(value: object, width: int = 60) -> str:
     """Return ``repr(value)``, cut to ``width`` characters: errors stay one short line."""
     return _cut(repr(value), width)

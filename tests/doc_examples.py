@@ -30,8 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 #: The files a reader follows. docs/events.md and docs/samplers.md are generated
 #: references without examples; docs/PERFORMANCE.md holds benchmark output only.
-SOURCES = ("README.md", "docs/recording.md", "docs/prometheus.md", "docs/security.md",
-           "docs/events.md", "docs/samplers.md", "docs/PERFORMANCE.md",
+SOURCES = ("README.md", "docs/api.md", "docs/recording.md", "docs/prometheus.md",
+           "docs/security.md", "docs/events.md", "docs/samplers.md", "docs/PERFORMANCE.md",
            "man/rezolus-ue.8", "man/rezolus-ue.toml.5")
 SHELL_LANGS = ("console", "sh")
 BLOCK_LANGS = ("python", "sql", "toml", "yaml", "promql", "ini")
@@ -322,6 +322,12 @@ EXERCISED: dict[str, Ran | NotRun] = {
         K + "test_recording"),
     "python: from rezolus_ue.consume.recfile import to_pandas": Ran(K + "test_recording"),
     "python: import duckdb": Ran(K + "test_recording"),
+    # docs/api.md
+    "python: import sys": Ran("tests/test_api.py::"
+                              "test_docs_example_agent_alerts_on_a_recording",
+                              as_run="the agent on a recording instead of live",
+                              why="live needs the agent with BPF on user_events, which 6.12"
+                              " (the VM) does not run"),
     "python: import json": Ran("tests/test_recorder.py::"
                                "test_docs_standalone_reader_reads_what_we_write"),
     "sql: SELECT cpu, max(user_ns) - min(user_ns) AS user_ns": Ran(K + "test_recording"),

@@ -27,14 +27,9 @@ import pytest
 from test_recorder import workload
 
 from rezolus_ue import cli, config
-from rezolus_ue.consume import recfile, recorder
-from rezolus_ue.consume.recfile import (
-    KIND_DATA,
-    RecordingError,
-    ScanStats,
-    encode_block,
-    read_records,
-)
+from rezolus_ue.consume import dump, recblocks, recfile, recparquet
+from rezolus_ue.consume.recblocks import KIND_DATA, RecordingError, ScanStats, encode_block
+from rezolus_ue.consume.recfile import read_records
 from rezolus_ue.consume.records import Record
 from rezolus_ue.errors import ConfigError, os_error_text
 from rezolus_ue.samplers import options
@@ -45,7 +40,7 @@ needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (mknod, mount, s
 
 
 def key(r: Record) -> tuple:
-    return (r.event, r.time_ns, r.cpu, r.pid, json.dumps(r.fields, sort_keys=True,
+    return (r.event, r.time_ns, r.meta.cpu, r.meta.pid, json.dumps(r.fields, sort_keys=True,
                                                          default=bytes.hex))
 
 
@@ -59,12 +54,12 @@ def recording(tmp_path: Path, name: str = "ok.rzr", seconds: int = 5) -> tuple[P
     path = tmp_path / name
     recfile.write_native(workload(seconds), path, block_records=10)
     data = path.read_bytes()
-    return path, [data[r.start : r.end] for r in recfile.scan_blocks(data)]
+    return path, [data[r.start : r.end] for r in recblocks.scan_blocks(data)]
 
 
 def raw_block(kind: int, payload: bytes, flags: int = 0, hint: int = 0) -> bytes:
     """Return a block with a valid CRC around any payload (as stored)."""
-    head = struct.pack("<4sBBHI", recfile.SYNC, kind, flags, hint, len(payload))
+    head = struct.pack("<4sBBHI", recblocks.SYNC, kind, flags, hint, len(payload))
     return head + struct.pack("<I", zlib.crc32(payload, zlib.crc32(head))) + payload
 
 
@@ -153,8 +148,8 @@ def test_a_valid_checksum_bad_block_is_skipped_alone(tmp_path: Path, name: str) 
     assert st.bad_blocks == 1 and st.skipped_bytes == 0
     # dump reads it the same way: the dump holds exactly what tail prints.
     out = tmp_path / "dump.rzr"
-    files = [recfile.MappedFile.open(mixed)]
-    recorder.assemble(files, out)
+    files = [recblocks.MappedFile.open(mixed)]
+    dump.assemble(files, out)
     files[0].close()
     assert Counter(key(r) for r in read_records(out)) == records_of(blocks)
 
@@ -164,12 +159,12 @@ def test_bad_compressed_data_and_bombs_are_skipped_within_bounds(tmp_path: Path)
 
     _path, blocks = recording(tmp_path)
     bomb = zlib_bomb()  # 1 GiB of zeros in ~1 MiB
-    honest_hint = recfile.encode_block(KIND_DATA, bytes(4096))
+    honest_hint = recblocks.encode_block(KIND_DATA, bytes(4096))
     cases = [
-        raw_block(KIND_DATA, b"not zlib at all", recfile.FLAG_ZLIB),
-        raw_block(KIND_DATA, zlib.compress(b"x" * 1000)[:-6], recfile.FLAG_ZLIB),  # cut
-        raw_block(KIND_DATA, bomb, recfile.FLAG_ZLIB),  # no size hint: the 32 MiB cap
-        raw_block(KIND_DATA, bomb, recfile.FLAG_ZLIB, hint=1),  # hint: 4 KiB
+        raw_block(KIND_DATA, b"not zlib at all", recblocks.FLAG_ZLIB),
+        raw_block(KIND_DATA, zlib.compress(b"x" * 1000)[:-6], recblocks.FLAG_ZLIB),  # cut
+        raw_block(KIND_DATA, bomb, recblocks.FLAG_ZLIB),  # no size hint: the 32 MiB cap
+        raw_block(KIND_DATA, bomb, recblocks.FLAG_ZLIB, hint=1),  # hint: 4 KiB
         honest_hint[:6] + b"\x00\x00" + honest_hint[8:],  # CRC now wrong: damage
     ]
     mixed = tmp_path / "mixed.rzr"
@@ -185,18 +180,18 @@ def test_bad_compressed_data_and_bombs_are_skipped_within_bounds(tmp_path: Path)
     assert got == records_of(blocks)
     assert st.bad_blocks == 4 and st.skipped_bytes == len(cases[-1])
     # Inflating stops at the cap: nothing near the bomb's 1 GiB is ever allocated.
-    assert peak < 2 * recfile.MAX_PAYLOAD + 64 * len(mixed.read_bytes()), peak
+    assert peak < 2 * recblocks.MAX_PAYLOAD + 64 * len(mixed.read_bytes()), peak
 
 
 def test_inflating_stops_at_the_size_hint() -> None:
     payload = bytes(100_000)
     block = encode_block(KIND_DATA, payload)
-    ref = next(recfile.scan_blocks(block))
-    assert ref.hint == -(-len(payload) // recfile.SIZE_UNIT)
+    ref = next(recblocks.scan_blocks(block))
+    assert ref.hint == -(-len(payload) // recblocks.SIZE_UNIT)
     assert ref.payload(block) == payload
-    lying = raw_block(KIND_DATA, block[recfile.HEADER.size :], recfile.FLAG_ZLIB, hint=2)
-    with pytest.raises(recfile.BlockError, match="inflates beyond 8192"):
-        next(recfile.scan_blocks(lying)).payload(lying)
+    lying = raw_block(KIND_DATA, block[recblocks.HEADER.size :], recblocks.FLAG_ZLIB, hint=2)
+    with pytest.raises(recblocks.BlockError, match="inflates beyond 8192"):
+        next(recblocks.scan_blocks(lying)).payload(lying)
 
 
 def test_writers_split_blocks_so_readers_can_cap_them(monkeypatch: pytest.MonkeyPatch,
@@ -206,7 +201,7 @@ def test_writers_split_blocks_so_readers_can_cap_them(monkeypatch: pytest.Monkey
     path = tmp_path / "split.rzr"
     recfile.write_native(recs, path)
     data = path.read_bytes()
-    refs = [r for r in recfile.scan_blocks(data) if r.kind == KIND_DATA]
+    refs = [r for r in recblocks.scan_blocks(data) if r.kind == KIND_DATA]
     assert len(refs) > 4
     assert all(len(r.payload(data)) <= 2000 or r.hint == 1 for r in refs)
     assert Counter(key(r) for r in read_records(path)) == Counter(key(r) for r in recs)
@@ -233,21 +228,21 @@ def test_scanning_is_linear_in_the_file_size(tmp_path: Path, monkeypatch: pytest
     was checked by reading the rest of the file. Now bytes checksummed stay a small
     multiple of the file size."""
     if combine == "python":
-        monkeypatch.setattr(recfile, "_crc32_combine", recfile._crc32_combine_py)
+        monkeypatch.setattr(recblocks, "_crc32_combine", recblocks._crc32_combine_py)
     path, blocks = recording(tmp_path)
     ok = path.read_bytes()
     n = 4096 if combine == "python" else 32768
     total = 16 * n + len(ok)
-    junk = b"".join(struct.pack("<4sBBHII", recfile.SYNC, KIND_DATA, 1, 0,
+    junk = b"".join(struct.pack("<4sBBHII", recblocks.SYNC, KIND_DATA, 1, 0,
                                 total - 16 * i - 16, 0) for i in range(n))
     data = junk + ok
     counting = _CountingZlib()
-    monkeypatch.setattr(recfile, "zlib", counting)
+    monkeypatch.setattr(recblocks, "zlib", counting)
     st = ScanStats()
     got = Counter(key(r) for r in recfile.read_native(data, stats=st))
     assert got == records_of(blocks)
     assert st.skipped_bytes == len(junk)
-    assert counting.crc_bytes < 4 * len(data) + 2 * recfile._RangeCrc.STEP * n, \
+    assert counting.crc_bytes < 4 * len(data) + 2 * recblocks._RangeCrc.STEP * n, \
         (counting.crc_bytes, len(data))
 
 
@@ -258,8 +253,8 @@ def test_crc32_combine_matches_zlib() -> None:
     for _ in range(50):
         a, b = rng.randbytes(rng.randrange(100)), rng.randbytes(rng.randrange(3000))
         want = zlib.crc32(a + b)
-        assert recfile._crc32_combine_py(zlib.crc32(a), zlib.crc32(b), len(b)) == want
-        assert recfile._crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == want
+        assert recblocks._crc32_combine_py(zlib.crc32(a), zlib.crc32(b), len(b)) == want
+        assert recblocks._crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == want
 
 
 def test_files_without_a_valid_block_and_pipes_are_refused(tmp_path: Path) -> None:
@@ -286,10 +281,10 @@ def test_tail_from_a_pipe_is_an_error_and_from_a_redirected_file_works(tmp_path:
 
 def test_metadata_of_the_wrong_type_is_dropped(tmp_path: Path) -> None:
     _path, blocks = recording(tmp_path)
-    meta = recfile.encode_block(recfile.KIND_META, json.dumps(
+    meta = recblocks.encode_block(recblocks.KIND_META, json.dumps(
         {"wall_offset_ns": "soon", "hostname": "h"}).encode(), compress=False)
     bad = tmp_path / "meta.rzr"
-    bad.write_bytes(raw_block(recfile.KIND_META, b"{not json") + meta + b"".join(blocks[1:]))
+    bad.write_bytes(raw_block(recblocks.KIND_META, b"{not json") + meta + b"".join(blocks[1:]))
     assert recfile.read_meta(bad) == {"hostname": "h"}
     code, err = run_cli("tail", "--from", str(bad), "-n", "1")
     assert code == 0, err
@@ -299,7 +294,7 @@ def test_damaged_parquet_loses_one_row_group(tmp_path: Path) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     recs = [r for r in workload(40) if r.event == "rezolus_cpu_usage"]
     out = tmp_path / "pq"
-    recfile.write_parquet(recs, out, row_group=40)
+    recparquet.write_parquet(recs, out, row_group=40)
     f = out / "rezolus_cpu_usage.parquet"
     md = pq.ParquetFile(f).metadata
     assert md.num_row_groups == 4
@@ -388,17 +383,17 @@ def test_a_dump_through_the_recorder_is_created_by_the_asker(tmp_path: Path) -> 
     f = tmp_path / "into"
     f.write_bytes(b"")
     uid = os.geteuid()
-    os.close(recorder._open_into(f, uid))
+    os.close(dump._open_into(f, uid))
     for bad, why in ((f, uid + 1), (tmp_path, uid)):
         with pytest.raises(RecordingError):
-            recorder._open_into(bad, why)
+            dump._open_into(bad, why)
     f.write_bytes(b"x")
     with pytest.raises(RecordingError, match="not an empty file"):
-        recorder._open_into(f, uid)
+        dump._open_into(f, uid)
     link = tmp_path / "link"
     link.symlink_to(f)
     with pytest.raises(RecordingError, match="too many levels"):
-        recorder._open_into(link, uid)
+        dump._open_into(link, uid)
 
 
 # --- configs ------------------------------------------------------------------------------------
@@ -535,7 +530,7 @@ def test_tail_of_a_small_bomb_stays_small(tmp_path: Path) -> None:
     _path, blocks = recording(tmp_path)
     bomb = zlib_bomb(2)
     path = tmp_path / "bomb.rzr"
-    path.write_bytes(blocks[0] + raw_block(KIND_DATA, bomb, recfile.FLAG_ZLIB)
+    path.write_bytes(blocks[0] + raw_block(KIND_DATA, bomb, recblocks.FLAG_ZLIB)
                      + b"".join(blocks[1:]))
     # A parent of its own, so RUSAGE_CHILDREN's peak is this one child's.
     probe = ("import resource, subprocess, sys;"

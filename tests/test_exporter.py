@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from rezolus_ue.consume import exporter as ex
+from rezolus_ue.consume import prometheus as prom
 from rezolus_ue.consume.records import Record
 from rezolus_ue.errors import ConfigError, RezolusError
 from rezolus_ue.metrics import catalog, h2
@@ -353,7 +354,7 @@ def one(fams: dict[str, PFamily], name: str, **labels: str) -> float:
 
 
 def test_names_are_unique_valid_and_free_of_suffix_clashes() -> None:
-    metrics = ex.all_metrics()
+    metrics = prom.all_metrics()
     names = [pm.name for pm in metrics]
     assert len(names) == len(set(names))
     taken = set(names)
@@ -367,7 +368,7 @@ def test_names_are_unique_valid_and_free_of_suffix_clashes() -> None:
 
 
 def test_every_catalog_metric_is_exposed() -> None:
-    by_source = {(pm.event, pm.source, pm.type) for pm in ex.all_metrics()}
+    by_source = {(pm.event, pm.source, pm.type) for pm in prom.all_metrics()}
     for f in catalog.FAMILIES:
         for m in f.metrics:
             if m.kind is Kind.HISTOGRAM:
@@ -380,7 +381,7 @@ def test_every_catalog_metric_is_exposed() -> None:
 
 
 def test_units_become_base_units() -> None:
-    by = {pm.name: pm for pm in ex.all_metrics()}
+    by = {pm.name: pm for pm in prom.all_metrics()}
     assert by["rezolus_cpu_usage_user_seconds_total"].divisor == 10**9
     assert by["rezolus_pressure_some_stall_seconds_total"].divisor == 10**6
     assert by["rezolus_cpu_usage_busy_ratio"].divisor == 10**6
@@ -397,15 +398,15 @@ def test_units_become_base_units() -> None:
 
 def test_renames_are_all_still_needed() -> None:
     natural = {f"{f.event}_{m.name}" for f in catalog.FAMILIES for m in f.metrics
-               if (f.event, m.name) not in ex.RENAMES}
+               if (f.event, m.name) not in prom.RENAMES}
     fams = {f.event: f for f in catalog.FAMILIES}
-    for (event, metric), _new in ex.RENAMES.items():
+    for (event, metric), _new in prom.RENAMES.items():
         assert metric in {m.name for m in fams[event].metrics}
         assert f"{event}_{metric}" in natural, f"{event}.{metric} no longer collides"
 
 
 def test_help_says_where_from_and_unit() -> None:
-    by = {pm.name: pm for pm in ex.all_metrics()}
+    by = {pm.name: pm for pm in prom.all_metrics()}
     h = by["rezolus_cpu_usage_user_seconds_total"].help
     assert h == ("time in user mode (excluding nice); seconds, from rezolus_cpu_usage.user_ns"
                  " (ns / 1e9)")
@@ -472,8 +473,8 @@ def test_label_values_are_escaped() -> None:
 
 
 def test_help_is_escaped() -> None:
-    assert ex.escape_help("a\\b\nc") == "a\\\\b\\nc"
-    assert ex.escape_label('x"y\\z\n') == 'x\\"y\\\\z\\n'
+    assert prom.escape_help("a\\b\nc") == "a\\\\b\\nc"
+    assert prom.escape_label('x"y\\z\n') == 'x\\"y\\\\z\\n'
 
 
 def test_summary_from_histogram_records() -> None:
@@ -548,9 +549,9 @@ def test_every_family_parses_strictly() -> None:
     assert st.skipped == 0
     text = ex.exposition(st, native_buckets=True)
     fams = parse(text)
-    exposed = {pm.name for pm in ex.all_metrics()}
+    exposed = {pm.name for pm in prom.all_metrics()}
     assert set(fams) == exposed  # every metric present, nothing else
-    for pm in ex.all_metrics():
+    for pm in prom.all_metrics():
         assert fams[pm.name].type == pm.type
         assert fams[pm.name].help == pm.help
         for _n, lb, _v in fams[pm.name].samples:
@@ -559,7 +560,7 @@ def test_every_family_parses_strictly() -> None:
 
 def test_empty_state_has_only_the_exporter_metrics() -> None:
     fams = parse(ex.exposition(ex.State()))
-    assert set(fams) == {pm.name for pm in ex.SELF_METRICS}
+    assert set(fams) == {pm.name for pm in prom.SELF_METRICS}
 
 
 def test_unknown_events_and_metrics_are_skipped_and_counted() -> None:
@@ -895,7 +896,7 @@ def test_docs_table_is_fresh() -> None:
     current = ex.DOCS.read_text()
     assert ex.docs_text(current) == current, (
         "docs/prometheus.md is stale; run `python -m rezolus_ue.consume.exporter`")
-    for pm in ex.all_metrics():
+    for pm in prom.all_metrics():
         assert f"| `{pm.name}` |" in current
 
 

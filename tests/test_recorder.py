@@ -25,16 +25,17 @@ import numpy as np
 import pytest
 
 from rezolus_ue.cli_base import Parser as _Parser
-from rezolus_ue.consume import recfile, recorder
-from rezolus_ue.consume.recfile import RecordingError, ScanStats, read_records
-from rezolus_ue.consume.records import Record
+from rezolus_ue.consume import dump, recblocks, recfile, recorder, recparquet, rectables, segments
+from rezolus_ue.consume.recblocks import RecordingError, ScanStats
+from rezolus_ue.consume.recfile import read_records
+from rezolus_ue.consume.records import Record, record_from_json
 from rezolus_ue.errors import RezolusError
 from rezolus_ue.metrics import h2
 from rezolus_ue.schema import by_name
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = by_name()
-needs_pyarrow = pytest.mark.skipif(not recfile.have_pyarrow(),
+needs_pyarrow = pytest.mark.skipif(not recparquet.have_pyarrow(),
                                    reason="pyarrow is not installed (the optional Parquet path)")
 
 
@@ -83,7 +84,7 @@ def by_event(records: list[Record]) -> dict[str, list[Record]]:
 
 
 def write_blocks(path: Path, batches: list[list[Record]]) -> None:
-    w = recfile.NativeWriter.create(path, recfile.recording_meta(), overwrite=True)
+    w = recfile.NativeWriter.create(path, recblocks.recording_meta(), overwrite=True)
     for b in batches:
         w.write_records(b)
     w.close()
@@ -109,7 +110,7 @@ def test_native_round_trip_per_event(tmp_path: Path) -> None:
 
 def test_event_filter_and_meta(tmp_path: Path) -> None:
     p = tmp_path / "a.rzr"
-    recfile.write_native(workload(), p, recfile.recording_meta(note="x"))
+    recfile.write_native(workload(), p, recblocks.recording_meta(note="x"))
     got = list(read_records(p, events=["rezolus_cgroup", "rezolus_agent"]))
     assert {r.event for r in got} == {"rezolus_cgroup", "rezolus_agent"}
     meta = recfile.read_meta(p)
@@ -190,7 +191,7 @@ def test_truncation_at_every_offset_of_the_last_block(tmp_path: Path) -> None:
     p = tmp_path / "a.rzr"
     write_blocks(p, batches)
     data = p.read_bytes()
-    refs = list(recfile.scan_blocks(data))
+    refs = list(recblocks.scan_blocks(data))
     assert len(refs) == len(batches) + 1  # meta + one data block per batch
     last = refs[-1]
     complete = sorted(itertools.chain(*batches[:-1]), key=lambda r: r.time_ns)
@@ -200,7 +201,7 @@ def test_truncation_at_every_offset_of_the_last_block(tmp_path: Path) -> None:
         assert by_event(got) == by_event(complete), cut
         assert st.tail_bytes == cut - last.start and st.skipped_bytes == 0
     # The same through files, at a few offsets.
-    for cut in (last.start + 1, last.start + recfile.HEADER.size, last.end - 1):
+    for cut in (last.start + 1, last.start + recblocks.HEADER.size, last.end - 1):
         q = tmp_path / f"cut{cut}.rzr"
         q.write_bytes(data[:cut])
         assert by_event(list(read_records(q))) == by_event(complete)
@@ -211,7 +212,7 @@ def test_truncation_at_random_offsets_reads_every_complete_block(tmp_path: Path)
     p = tmp_path / "a.rzr"
     write_blocks(p, batches)
     data = p.read_bytes()
-    ends = [r.end for r in recfile.scan_blocks(data)][1:]  # after each data block
+    ends = [r.end for r in recblocks.scan_blocks(data)][1:]  # after each data block
     rng = random.Random(7)
     for cut in [rng.randrange(len(data) + 1) for _ in range(300)]:
         n = sum(1 for e in ends if e <= cut)
@@ -224,7 +225,7 @@ def test_damage_in_the_middle_skips_one_block(tmp_path: Path, caplog) -> None:  
     p = tmp_path / "a.rzr"
     write_blocks(p, batches)
     data = bytearray(p.read_bytes())
-    refs = list(recfile.scan_blocks(bytes(data)))
+    refs = list(recblocks.scan_blocks(bytes(data)))
     victim = refs[2]  # the second data block
     data[(victim.start + victim.end) // 2] ^= 0xFF
     p.write_bytes(bytes(data))
@@ -246,7 +247,7 @@ def test_parquet_round_trip(tmp_path: Path) -> None:
 
     recs = workload()
     out = tmp_path / "pq"
-    assert recfile.write_parquet(recs, out, recfile.recording_meta()) == len(recs)
+    assert recparquet.write_parquet(recs, out, recblocks.recording_meta()) == len(recs)
     names = sorted(f.name for f in out.iterdir())
     assert names == sorted(f"{e}.parquet" for e in by_event(recs))
     assert by_event(list(read_records(out))) == by_event(recs)
@@ -268,9 +269,9 @@ def test_dump_as_parquet_with_last(tmp_path: Path) -> None:
     recs = workload(6)
     p = tmp_path / "a.rzr"
     write_blocks(p, [recs[i : i + 11] for i in range(0, len(recs), 11)])
-    mf = recfile.MappedFile.open(p)
+    mf = recblocks.MappedFile.open(p)
     try:
-        res = recorder.assemble([mf], tmp_path / "pq", "parquet", last_ns=2 * 10**9)
+        res = dump.assemble([mf], tmp_path / "pq", "parquet", last_ns=2 * 10**9)
     finally:
         mf.close()
     newest = max(r.time_ns for r in recs)
@@ -283,7 +284,7 @@ def test_dump_as_parquet_with_last(tmp_path: Path) -> None:
 def test_parquet_without_pyarrow_says_how(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with pytest.raises(RecordingError, match="pip install pyarrow"):
-        recfile.write_parquet(workload(1), tmp_path / "pq")
+        recparquet.write_parquet(workload(1), tmp_path / "pq")
 
 
 # --- ring -----------------------------------------------------------------------------------
@@ -304,20 +305,20 @@ class Clock:
 
 def test_ring_rotates_by_size_and_keeps_the_newest(tmp_path: Path) -> None:
     clock = Clock()
-    ring = recorder.Ring(tmp_path / "ring", max_size=12_000, segment_size=3_000,
+    ring = segments.Ring(tmp_path / "ring", max_size=12_000, segment_size=3_000,
                          clock=clock.mono, wall=clock.wall)
     ring.open()
     recs = workload(40)
     batches = [recs[i : i + 10] for i in range(0, len(recs), 10)]
     for b in batches:
         ring.write(b)
-        segs = recorder.list_segments(ring.root)
+        segs = segments.list_segments(ring.root)
         assert sum(s.size for s in segs) <= 12_000
         assert sum(1 for s in segs if not s.complete) == 1
     assert ring.deleted > 0
     ring.close()
-    assert not (ring.root / recorder.PID_FILE).exists()
-    segs = recorder.list_segments(ring.root)
+    assert not (ring.root / segments.PID_FILE).exists()
+    segs = segments.list_segments(ring.root)
     assert all(s.complete for s in segs) and len(segs) >= 3
     got = list(read_records(ring.root))
     # What is left is the newest stretch of whole blocks, ending with the last record.
@@ -328,7 +329,7 @@ def test_ring_rotates_by_size_and_keeps_the_newest(tmp_path: Path) -> None:
 
 def test_ring_rotates_by_age(tmp_path: Path) -> None:
     clock = Clock()
-    ring = recorder.Ring(tmp_path / "ring", max_size=1 << 30, max_age_ns=10 * 10**9,
+    ring = segments.Ring(tmp_path / "ring", max_size=1 << 30, max_age_ns=10 * 10**9,
                          clock=clock.mono, wall=clock.wall)
     assert ring.segment_ns == 10**9 + 250_000_000
     ring.open()
@@ -338,7 +339,7 @@ def test_ring_rotates_by_age(tmp_path: Path) -> None:
         ring.write(recs[sec * per_sec : (sec + 1) * per_sec])
         clock.ns += 10**9
     ring.tick()
-    segs = recorder.list_segments(ring.root)
+    segs = segments.list_segments(ring.root)
     ages = [clock.wall() - s.mtime for s in segs if s.complete]
     assert ages and max(ages) <= 10  # nothing older than --max-age is kept
     got = list(read_records(ring.root))
@@ -349,25 +350,25 @@ def test_ring_rotates_by_age(tmp_path: Path) -> None:
 
 def test_ring_is_locked_and_repairs_a_killed_recorders_segment(tmp_path: Path) -> None:
     root = tmp_path / "ring"
-    ring = recorder.Ring(root, max_size=1 << 20)
+    ring = segments.Ring(root, max_size=1 << 20)
     ring.open()
     with pytest.raises(RecordingError, match=r"another recorder \(pid \d+\) is writing"):
-        recorder.Ring(root, max_size=1 << 20).open()
-    assert recorder.running_recorder(root) == os.getpid()
+        segments.Ring(root, max_size=1 << 20).open()
+    assert segments.running_recorder(root) == os.getpid()
     batches = _batches()
     for b in batches:
         ring.write(b)
     part = ring.current
     assert part is not None and part.name.endswith(".part")
     # Simulate kill -9 mid-write: half a block at the end, lock released by the kernel.
-    blk = recfile.encode_block(recfile.KIND_DATA, recfile.encode_tables(
-        recfile.to_tables(workload(1))))
+    blk = recblocks.encode_block(recblocks.KIND_DATA, rectables.encode_tables(
+        rectables.to_tables(workload(1))))
     with open(part, "ab") as f:
         f.write(blk[: len(blk) // 2])
     os.close(ring._lock_fd)
     ring._lock_fd = -1
-    assert recorder.running_recorder(root) is None
-    ring2 = recorder.Ring(root, max_size=1 << 20)
+    assert segments.running_recorder(root) is None
+    ring2 = segments.Ring(root, max_size=1 << 20)
     ring2.open()
     assert not part.exists() and part.with_name(part.name[: -len(".part")]).exists()
     ring2.close()
@@ -378,9 +379,9 @@ def test_assemble_last_window(tmp_path: Path) -> None:
     recs = workload(10)
     p = tmp_path / "a.rzr"
     write_blocks(p, [recs[i : i + 7] for i in range(0, len(recs), 7)])
-    mf = recfile.MappedFile.open(p)
+    mf = recblocks.MappedFile.open(p)
     try:
-        res = recorder.assemble([mf], tmp_path / "out.rzr", last_ns=3 * 10**9)
+        res = dump.assemble([mf], tmp_path / "out.rzr", last_ns=3 * 10**9)
     finally:
         mf.close()
     newest = max(r.time_ns for r in recs)
@@ -405,7 +406,9 @@ def test_sizes() -> None:
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = _Parser(prog="rezolus-ue")
-    recorder.add_parser(p.add_subparsers(dest="command", parser_class=_Parser))
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    recorder.add_parser(sub)
+    dump.add_parser(sub)
     return p.parse_args(argv)
 
 
@@ -438,10 +441,10 @@ def test_record_arguments_are_checked(tmp_path: Path) -> None:
 
 def test_json_forms(tmp_path: Path) -> None:
     for r in workload(1):
-        assert recorder.record_from_json(json.loads(json.dumps(recorder.record_to_json(r)))) == r
+        assert record_from_json(json.loads(json.dumps(r.to_json()))) == r
     h = next(r for r in workload(1) if r.event == "rezolus_agent_sampler")
     # tail --format json writes buckets as {index: count}.
-    back = recorder.record_from_json(json.loads(json.dumps(h.to_json())))
+    back = record_from_json(json.loads(json.dumps(h.to_json())))
     assert back.fields["buckets"] == h.fields["buckets"]
 
 
@@ -474,11 +477,11 @@ def test_record_loop_with_a_list_source(tmp_path: Path) -> None:
 
 
 def lines(records: list[Record]) -> bytes:
-    return b"".join(json.dumps(recorder.record_to_json(r)).encode() + b"\n" for r in records)
+    return b"".join(json.dumps(r.to_json()).encode() + b"\n" for r in records)
 
 
 def cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "rezolus_ue.consume.recorder", *args]
+    return [sys.executable, "-m", "rezolus_ue", *args]
 
 
 def start(*args: str) -> subprocess.Popen[bytes]:
@@ -564,7 +567,7 @@ def _ring_recorder(tmp_path: Path, procs, *extra: str) -> tuple[Path, subprocess
     root = tmp_path / "ring"
     p = start("record", "--ring", str(root), "--max-size", "1M", "--flush", "20ms", *extra)
     procs.append(p)
-    assert recorder.running_recorder(root) == p.pid
+    assert segments.running_recorder(root) == p.pid
     return root, p
 
 
@@ -576,7 +579,7 @@ def test_sigusr1_dumps_the_window(tmp_path: Path, procs) -> None:  # type: ignor
     p.stdin.flush()
     wait_for(lambda: count(root) == len(recs), what="records in the ring")
     p.send_signal(signal.SIGUSR1)
-    dumps = root / recorder.DUMPS_DIR
+    dumps = root / segments.DUMPS_DIR
     wait_for(lambda: dumps.is_dir() and any(f.suffix == ".rzr" for f in dumps.iterdir()),
              what="the dump")
     (dump,) = [f for f in dumps.iterdir() if f.suffix == ".rzr"]
@@ -603,7 +606,7 @@ def test_dump_command_asks_the_running_recorder_then_reads_segments(tmp_path: Pa
     assert not list(root.glob(".dump-*"))
     rc, _err = finish(p)
     assert rc == 0
-    assert not list(root.glob("*.part")) and not (root / recorder.PID_FILE).exists()
+    assert not list(root.glob("*.part")) and not (root / segments.PID_FILE).exists()
     out2 = tmp_path / "out2.rzr"
     d = subprocess.run(cli("dump", "--ring", str(root), "--last", "1s", str(out2)), cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
@@ -661,7 +664,7 @@ def test_kill_9_mid_write_leaves_a_readable_ring(tmp_path: Path, procs) -> None:
     before = by_event(list(read_records(root)))
     p = start("record", "--ring", str(root), "--max-size", "1M")
     procs.append(p)
-    assert recorder.running_recorder(root) == p.pid
+    assert segments.running_recorder(root) == p.pid
     rc, _err = finish(p)
     assert rc == 0
     assert by_event(list(read_records(root))) == before
@@ -701,13 +704,13 @@ def test_dump_copy_is_cheap(tmp_path: Path) -> None:
     """A dump of a ring copies verified blocks: check it writes what it says."""
     recs = workload(5)
     src = tmp_path / "ring"
-    ring = recorder.Ring(src, max_size=1 << 20, segment_size=2000)
+    ring = segments.Ring(src, max_size=1 << 20, segment_size=2000)
     ring.open()
     for i in range(0, len(recs), 10):
         ring.write(recs[i : i + 10])
     files = ring.snapshot()
     try:
-        res = recorder.assemble(files, tmp_path / "d.rzr")
+        res = dump.assemble(files, tmp_path / "d.rzr")
     finally:
         for f in files:
             f.close()

@@ -22,9 +22,13 @@ from rich.text import Text
 
 from rezolus_ue import schema
 from rezolus_ue.consume import top
+from rezolus_ue.consume import top_keys as tk
+from rezolus_ue.consume import top_panels as tp
+from rezolus_ue.consume import top_widgets as tw
 from rezolus_ue.consume.records import Record
-from rezolus_ue.consume.top import UiState, handle_key, render, split_keys
+from rezolus_ue.consume.top_keys import UiState, handle_key, split_keys
 from rezolus_ue.consume.top_model import TOP_EVENTS, Model
+from rezolus_ue.consume.top_render import render
 from rezolus_ue.metrics import catalog, h2
 from rezolus_ue.metrics.family import histogram_records
 
@@ -348,8 +352,8 @@ def test_any_histogram_event_shows_in_the_scheduler_panel() -> None:
     assert h.event == RUNQ and h.count == 100 and h.unit == "ns"
     out = text_of(m, 100, 30)
     row = next(ln for ln in out.split("\n") if "scheduler runqueue latency" in ln)
-    p50 = top.fmt_value(h2.bucket_bounds(h2.bucket_index(5000))[1], "ns")
-    p99 = top.fmt_value(h2.bucket_bounds(h2.bucket_index(2_000_000))[1], "ns")
+    p50 = tw.fmt_value(h2.bucket_bounds(h2.bucket_index(5000))[1], "ns")
+    p99 = tw.fmt_value(h2.bucket_bounds(h2.bucket_index(2_000_000))[1], "ns")
     assert re.search(rf"latency\s+100\s+{p50}\s+{p50}\s+{p99}\s+{p99}", row), row
     # It comes before the agent's own refresh cost.
     assert out.index("scheduler runqueue latency") < out.index("agent sampler refresh")
@@ -432,11 +436,11 @@ def test_keys() -> None:
     assert ui.paused
     assert not handle_key(ui, "p").paused
     sorts = [ui.sort]
-    for _ in range(len(top.SORTS)):
+    for _ in range(len(tk.SORTS)):
         ui = handle_key(ui, "s")
         sorts.append(ui.sort)
     assert sorts == [0, 1, 2, 3, 0]
-    assert handle_key(ui, "S").sort == len(top.SORTS) - 1
+    assert handle_key(ui, "S").sort == len(tk.SORTS) - 1
     ui = handle_key(UiState(interval_s=1.0), "+")
     assert ui.interval_s == 2.0
     ui = handle_key(handle_key(ui, "-"), "-")
@@ -475,13 +479,13 @@ def test_split_keys() -> None:
 
 
 def test_formatting() -> None:
-    assert top.fmt_num(0) == "0" and top.fmt_num(3.46) == "3.5" and top.fmt_num(12_345) == \
-        "12k" and top.fmt_num(1_234_567) == "1.2M"
-    assert top.fmt_bytes(512) == "512" and top.fmt_bytes(1536) == "1.5K"
-    assert top.fmt_bytes(16 * GiB) == "16G"
-    assert top.fmt_pct(0.4) == "40.0%" and top.fmt_pct(1.0) == "100%"
-    assert top.fmt_uptime(3 * 3600 + 12 * 60) == "3h12m"
-    assert top.fmt_value(1500, "us") == "1.5ms" and top.fmt_value(120, "us") == "120us"
+    assert tw.fmt_num(0) == "0" and tw.fmt_num(3.46) == "3.5" and tw.fmt_num(12_345) == \
+        "12k" and tw.fmt_num(1_234_567) == "1.2M"
+    assert tw.fmt_bytes(512) == "512" and tw.fmt_bytes(1536) == "1.5K"
+    assert tw.fmt_bytes(16 * GiB) == "16G"
+    assert tw.fmt_pct(0.4) == "40.0%" and tw.fmt_pct(1.0) == "100%"
+    assert tw.fmt_uptime(3 * 3600 + 12 * 60) == "3h12m"
+    assert tw.fmt_value(1500, "us") == "1.5ms" and tw.fmt_value(120, "us") == "120us"
 
 
 def test_add_parser() -> None:
@@ -497,7 +501,7 @@ def test_add_parser() -> None:
 def test_histogram_spark_shape() -> None:
     counts = h2.new_counts()
     h2.record(counts, [10] * 8 + [12] * 2)
-    spark = top._spark(counts, 3).plain
+    spark = tw._spark(counts, 3).plain
     assert spark == "█ ▂" and np.count_nonzero(counts) == 2
 
 
@@ -517,6 +521,8 @@ def test_percentiles_match_h2() -> None:
 
 class FakeSubscription:
     """Hands out one agent tick per poll, then quiet (as the agent's bursts look)."""
+
+    exhausted = False  # live: never
 
     def __init__(self, ticks: int, key_fd: int) -> None:
         self.host = Host()
@@ -668,7 +674,7 @@ def test_samplers_come_from_the_agents_status_records() -> None:
     assert rows["network"].state == "failed" and rows["network"].errors == 7
     assert rows["network"].why == "ValueError: bad rtnetlink reply"  # the error, when failed
     assert rows["tcp"].why.startswith("loading tcp.bpf.o: operation not permitted: run as")
-    assert [r.sampler for r in top.troubled(m.view.samplers)] == ["network", "tcp", "cgroup"]
+    assert [r.sampler for r in tp.troubled(m.view.samplers)] == ["network", "tcp", "cgroup"]
     # The agent stops publishing a sampler (removed by a reload): it goes with the publish.
     del host.status["tcp"]
     feed(host, 2, m)
@@ -748,20 +754,20 @@ def test_histogram_rows_are_named_by_subsystem_metric_and_label(
         event: str, label: str, width: int, name: str) -> None:
     fam = next(f for f in catalog.FAMILIES if f.event == event)
     assert fam.histogram is not None
-    subject = top.hist_subject(event, fam.histogram.name, fam.histogram.unit)
-    got = top.fit_hist_name(subject, label, width)
+    subject = tp.hist_subject(event, fam.histogram.name, fam.histogram.unit)
+    got = tp.fit_hist_name(subject, label, width)
     assert got == name and len(got) <= width
 
 
 def test_every_histogram_row_name_says_its_subsystem_at_80_columns() -> None:
     # The name column at 80x24 is 23 cells; each family's name must still start with its
     # subsystem (the event's first word, or its abbreviation), never cut from the left.
-    short = dict(top._ABBREVIATIONS)
+    short = dict(tp._ABBREVIATIONS)
     for fam in catalog.FAMILIES:
         h = fam.histogram
         if h is None:
             continue
-        name = top.fit_hist_name(top.hist_subject(fam.event, h.name, h.unit), "x" * 40, 23)
+        name = tp.fit_hist_name(tp.hist_subject(fam.event, h.name, h.unit), "x" * 40, 23)
         first = fam.event.removeprefix("rezolus_").split("_")[0]
         assert name.split()[0] in (first, short.get(first)), (fam.event, name)
 

@@ -1,1 +1,14 @@
-"""Consumers: read rezolus-ue tracepoints like any tool does, and show or keep them."""
+"""Consumers: read rezolus-ue tracepoints like any tool does, and show or keep them.
+
+One record source, many consumers (``rezolus_ue.api`` is the public face):
+
+* records: ``records`` (Record: fields apart from metadata, Histogram, the JSON form);
+  ``source`` (open_source: live or a recording), ``subscription`` (the live one:
+  perf_event_open rings).
+* recordings: ``recblocks`` (framing, CRC) < ``rectables`` (columnar tables) <
+  ``recparquet`` (Parquet) < ``recfile`` (whole recordings, output files);
+  ``segments`` (the flight recorder's ring directory).
+* commands: ``tail``; ``record`` in ``recorder``; ``dump``; ``exporter`` (HTTP) over
+  ``prometheus`` (names, state, exposition); ``top`` (terminal loop) over ``top_model``,
+  ``top_rows``, ``top_render``, ``top_panels``, ``top_widgets`` and ``top_keys``.
+"""

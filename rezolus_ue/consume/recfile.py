@@ -10,618 +10,61 @@ columnar tables, one per event, zlib-compressed. Every block stands alone, so:
 * a reader stops cleanly at a block cut short by a crash or ``kill -9`` and skips (with a
   warning) a damaged block in the middle, resynchronising on the next valid block.
 
-Parquet: a directory with one ``<event>.parquet`` per event (a Parquet file has one
-schema, and a file per event keeps u64 columns free of nulls, which pandas would turn into
-float64). Written from native records, so it is only ever produced whole.
-
-Columns, in both formats: ``time_ns`` (CLOCK_MONOTONIC of the recording host),
-``common_cpu`` (the CPU the record was written on), ``common_pid`` (the writer), then the
-event's fields in declaration order. ``common_`` follows ftrace: event fields named ``cpu``
-(per-CPU families) or ``pid`` (the agent) would otherwise collide, and the schema forbids
-field names starting with ``common_``.
+Parquet (``recparquet``): a directory with one ``<event>.parquet`` per event, written
+from native records. The layers below are ``recblocks`` (framing, CRC, resync) and
+``rectables`` (the columnar tables a data block holds, and their columns); this module
+writes and reads whole recordings in either format and guards the output files.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import heapq
 import itertools
 import json
 import logging
-import mmap
 import os
 import secrets
 import stat
-import struct
-import zlib
-from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from functools import cache
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import RezolusError, os_error_text
-from ..metrics import h2
+from ..errors import os_error_text
+from .recblocks import (
+    BLOCK_PAYLOAD,
+    KIND_DATA,
+    KIND_META,
+    NATIVE_SUFFIX,
+    PARQUET_SUFFIX,
+    PART_SUFFIX,
+    BlockError,
+    MappedFile,
+    RecordingError,
+    ScanStats,
+    _not_a_file,
+    encode_block,
+    meta_block,
+    recording_meta,
+    scan_blocks,
+    warn_damage,
+)
 from .records import Record
+from .recparquet import _pyarrow, read_parquet, write_parquet
+from .rectables import (
+    _INT_TYPES,
+    _chunks,
+    _event_filter,
+    decode_block,
+    encode_tables,
+    merge_by_time,
+    to_tables,
+)
 
 log = logging.getLogger("rezolus_ue")
 
-SYNC = b"RZRB"
-#: sync, kind, flags, size hint, payload length, CRC-32 of header bytes 0..11 + payload.
-HEADER = struct.Struct("<4sBBHII")
-KIND_META = ord("M")
-KIND_DATA = ord("D")
-FLAG_ZLIB = 0x01
-#: A length above this is damage, not a block (a flush is far smaller).
-MAX_BLOCK = 1 << 28
-#: The header's size hint counts the payload's bytes after decompression in these units.
-SIZE_UNIT = 4096
-#: Writers split a flush into blocks whose payload (decompressed) stays under this...
-BLOCK_PAYLOAD = 1 << 24
-#: ...and readers inflate no payload beyond this (older writers did not split): a block
-#: that would is damage or a decompression bomb, skipped like any undecodable block.
-MAX_PAYLOAD = 1 << 25
-#: Deflate cannot expand data more than 1032 times (one 258-byte match per 2 bits at best).
-MAX_RATIO = 1032
-ZLIB_LEVEL = 6
-FORMAT_VERSION = 1
-#: The columns every table starts with.
-COMMON = (("time_ns", "<i8"), ("common_cpu", "<u4"), ("common_pid", "<i4"))
-COMMON_NAMES = frozenset(n for n, _t in COMMON)
-#: Column types besides numpy little-endian integer dtypes (``<u8``, ``<i4``, ...).
-STR, BYTES = "str", "bytes"
-_INT_TYPES = frozenset(f"<{k}{n}" for k in "ui" for n in (1, 2, 4, 8))
-PARQUET_SUFFIX = ".parquet"
-NATIVE_SUFFIX = ".rzr"
-PART_SUFFIX = ".part"
-_U32 = struct.Struct("<I")
-
-
-class RecordingError(RezolusError):
-    """A recording cannot be read or written; the message names the file."""
-
-
-class BlockError(RecordingError):
-    """One block passed its CRC but cannot be decoded: readers skip it and go on."""
-
-
-# --- blocks -------------------------------------------------------------------------------
-
-
-def encode_block(kind: int, payload: bytes, *, compress: bool = True) -> bytes:
-    """Return one block (header + payload), the payload zlib-compressed if ``compress``.
-
-    The header's reserved field carries the payload's size before compression in
-    SIZE_UNITs (rounded up), so a reader knows how far it may inflate it."""
-    flags = 0
-    if len(payload) > MAX_PAYLOAD:
-        raise RecordingError(f"a block payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
-    hint = -(-len(payload) // SIZE_UNIT)
-    if compress:
-        payload = zlib.compress(payload, ZLIB_LEVEL)
-        flags |= FLAG_ZLIB
-    if len(payload) > MAX_BLOCK:
-        raise RecordingError(f"block of {len(payload)} bytes exceeds {MAX_BLOCK}")
-    head = HEADER.pack(SYNC, kind, flags, hint, len(payload), 0)[:12]
-    crc = zlib.crc32(payload, zlib.crc32(head))
-    return head + _U32.pack(crc) + payload
-
-
-def meta_block(meta: dict[str, Any]) -> bytes:
-    """Return a metadata block (JSON, uncompressed so ``strings`` and ``head`` show it)."""
-    return encode_block(KIND_META, json.dumps(meta, separators=(",", ":")).encode(),
-                        compress=False)
-
-
-@dataclass(frozen=True, slots=True)
-class BlockRef:
-    """A verified block: its kind, flags and size hint, and where it lies in the buffer."""
-
-    kind: int
-    flags: int
-    start: int
-    end: int
-    hint: int = 0
-
-    def payload(self, buf: Any) -> bytes:
-        """Return the block's payload, decompressed; raise BlockError if it cannot be.
-
-        Inflating stops at the size the header gives (or MAX_PAYLOAD, and never beyond
-        what deflate can produce from the stored bytes): memory is bounded by the file's
-        honest size, whatever the block claims."""
-        stored = self.end - self.start - HEADER.size
-        limit = MAX_PAYLOAD
-        if self.hint:
-            limit = min(limit, self.hint * SIZE_UNIT)
-        if not self.flags & FLAG_ZLIB:
-            if stored > limit:
-                raise BlockError(f"a payload of {stored} bytes exceeds {limit}")
-            return bytes(buf[self.start + HEADER.size : self.end])
-        limit = min(limit, stored * MAX_RATIO)
-        d = zlib.decompressobj()
-        try:
-            out = d.decompress(buf[self.start + HEADER.size : self.end], limit + 1)
-        except zlib.error as e:
-            raise BlockError(f"bad compressed data: {e}") from None
-        if len(out) > limit or d.unconsumed_tail:
-            raise BlockError(f"the payload inflates beyond {limit} bytes")
-        if not d.eof:
-            raise BlockError("the compressed data ends early")
-        return out
-
-
-@dataclass
-class ScanStats:
-    """What a scan found besides valid blocks."""
-
-    blocks: int = 0
-    #: Bytes skipped before or between valid blocks (damage).
-    skipped_bytes: int = 0
-    #: Bytes after the last valid block (a block cut short by a crash, or damage).
-    tail_bytes: int = 0
-    #: Valid blocks (CRC right) that could not be decoded, and the first one's reason.
-    bad_blocks: int = 0
-    first_error: str = ""
-
-    def bad(self, ref: BlockRef, e: Exception) -> None:
-        """Count an undecodable block."""
-        self.bad_blocks += 1
-        if not self.first_error:
-            self.first_error = f"block at byte {ref.start}: {e}"
-
-    def add(self, other: ScanStats) -> None:
-        """Add another file's counts."""
-        self.blocks += other.blocks
-        self.skipped_bytes += other.skipped_bytes
-        self.tail_bytes += other.tail_bytes
-        self.bad_blocks += other.bad_blocks
-        self.first_error = self.first_error or other.first_error
-
-    def damage(self) -> str:
-        """Return what was skipped, as words ("" if nothing but a crash's tail)."""
-        parts = []
-        if self.skipped_bytes:
-            parts.append(f"{self.skipped_bytes} damaged bytes")
-        if self.bad_blocks:
-            parts.append(f"{self.bad_blocks} undecodable block"
-                         f"{'s' if self.bad_blocks > 1 else ''} (first: {self.first_error})")
-        return " and ".join(parts)
-
-
-def _load_crc32_combine() -> Callable[[int, int, int], int]:
-    """Return zlib's crc32_combine (CRC of A+B from CRC(A), CRC(B) and len(B)).
-
-    From the zlib the interpreter uses; failing that, the same in Python, 30x slower."""
-    try:
-        lib = ctypes.CDLL("libz.so.1")
-        f = lib.crc32_combine
-    except (OSError, AttributeError):
-        return _crc32_combine_py
-    f.restype = ctypes.c_ulong
-    f.argtypes = (ctypes.c_ulong, ctypes.c_ulong, ctypes.c_long)
-    return f  # type: ignore[no-any-return]
-
-
-def _gf2_apply(op: Sequence[int], v: int) -> int:
-    """Return the 32x32 GF(2) matrix ``op`` (its columns) applied to ``v``."""
-    out, i = 0, 0
-    while v:
-        if v & 1:
-            out ^= op[i]
-        v >>= 1
-        i += 1
-    return out
-
-
-@cache
-def _zeros_ops() -> list[list[int]]:
-    """Return the operators appending 8 * 2**k zero bits to a CRC-32 register, k = 0..31."""
-    one_bit = [0xEDB88320] + [1 << (i - 1) for i in range(1, 32)]  # reflected polynomial
-    ops, op = [], one_bit
-    for _ in range(3):  # 8 bits = one byte
-        op = [_gf2_apply(op, c) for c in op]
-    for _ in range(32):
-        ops.append(op)
-        op = [_gf2_apply(op, c) for c in op]
-    return ops
-
-
-def _crc32_combine_py(crc1: int, crc2: int, len2: int) -> int:
-    ops, k = _zeros_ops(), 0
-    while len2:
-        if len2 & 1:
-            crc1 = _gf2_apply(ops[k], crc1)
-        len2 >>= 1
-        k += 1
-    return crc1 ^ crc2
-
-
-_crc32_combine = _load_crc32_combine()
-
-
-class _RangeCrc:
-    """CRC-32 of any range of a buffer in time independent of the range's length.
-
-    A damaged region can hold a candidate block header every dozen bytes, each claiming a
-    payload up to 256 MiB long: checking each candidate directly makes the scan quadratic.
-    The CRC of every STEP-byte prefix is computed once (lazily, in order) and a range's
-    CRC combined from two prefixes, so a scan costs O(file size + candidates).
-    """
-
-    STEP = 1024
-
-    def __init__(self, buf: Any) -> None:
-        self.buf = buf
-        self.prefix = array("L", [0])  # CRC of buf[: i * STEP]
-
-    def _upto(self, x: int) -> int:
-        """Return the CRC of ``buf[:x]``."""
-        step, prefix, buf = self.STEP, self.prefix, self.buf
-        k = x // step
-        while len(prefix) <= k:
-            i = len(prefix) - 1
-            prefix.append(zlib.crc32(buf[i * step : (i + 1) * step], prefix[i]))
-        return zlib.crc32(buf[k * step : x], prefix[k])
-
-    def crc(self, head: bytes, a: int, b: int) -> int:
-        """Return the CRC of ``head`` followed by ``buf[a:b]``."""
-        body = self._upto(b) ^ _crc32_combine(self._upto(a), 0, b - a)
-        return int(_crc32_combine(zlib.crc32(head), body, b - a))
-
-
-def _valid_at(buf: Any, pos: int, n: int, ranges: _RangeCrc | None = None) -> BlockRef | None:
-    if n - pos < HEADER.size:
-        return None
-    sync, kind, flags, hint, length, crc = HEADER.unpack_from(buf, pos)
-    end = pos + HEADER.size + length
-    if sync != SYNC or length > MAX_BLOCK or end > n:
-        return None
-    head = bytes(buf[pos : pos + 12])
-    if ranges is not None:
-        got = ranges.crc(head, pos + HEADER.size, end)
-    else:
-        got = zlib.crc32(buf[pos + HEADER.size : end], zlib.crc32(head))
-    return BlockRef(kind, flags, pos, end, hint) if got == crc else None
-
-
-def scan_blocks(buf: Any, stats: ScanStats | None = None) -> Iterator[BlockRef]:
-    """Yield every valid block of ``buf`` (bytes, memoryview or mmap) in order.
-
-    The reading rule of docs/recording.md: where no valid block starts, resume at the next
-    ``RZRB`` where one does (damage anywhere, the first bytes included, loses only the
-    damaged bytes); what follows the last valid block is the tail. Linear in ``len(buf)``:
-    after the first damage, candidates are checked through prefix CRCs (``_RangeCrc``).
-    """
-    st = stats if stats is not None else ScanStats()
-    n = len(buf)
-    pos = 0
-    ranges: _RangeCrc | None = None
-    while pos < n:
-        ref = _valid_at(buf, pos, n, ranges)
-        if ref is None:
-            ranges = ranges or _RangeCrc(buf)
-            nxt = buf.find(SYNC, pos + 1)
-            while nxt != -1 and (ref := _valid_at(buf, nxt, n, ranges)) is None:
-                nxt = buf.find(SYNC, nxt + 1)
-            if ref is None:
-                st.tail_bytes = n - pos
-                return
-            st.skipped_bytes += ref.start - pos
-        st.blocks += 1
-        yield ref
-        pos = ref.end
-
-
-@dataclass
-class MappedFile:
-    """A file's bytes (mmap'd; empty files as b"") up to ``limit``, closed with ``close()``."""
-
-    path: Path
-    buf: Any
-    _mm: mmap.mmap | None = None
-
-    @classmethod
-    def open(cls, path: Path, limit: int | None = None) -> MappedFile:
-        """Return the file mapped read-only (the first ``limit`` bytes, if given)."""
-        try:
-            with open(path, "rb") as f:
-                st = os.fstat(f.fileno())
-                if not stat.S_ISREG(st.st_mode):
-                    raise RecordingError(_not_a_file(path, st.st_mode))
-                size = st.st_size if limit is None else min(st.st_size, limit)
-                if size == 0:
-                    return cls(path, b"")
-                mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-        except (OSError, ValueError) as e:
-            raise RecordingError(os_error_text(e, path, "read")) from None
-        return cls(path, mm, mm)
-
-    def close(self) -> None:
-        """Unmap the file."""
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
-        self.buf = b""
-
-
-def _not_a_file(path: Path, mode: int) -> str:
-    what = ("a pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a directory"
-            if stat.S_ISDIR(mode) else "not a regular file")
-    return (f"{path} is {what}: recordings are read from files (or directories of them);"
-            " save the stream to a file first (e.g. `cat > rec.rzr`)")
-
-
-# --- tables -------------------------------------------------------------------------------
-
-
-@dataclass
-class Table:
-    """One event's records of one block, as columns (numpy arrays, or lists for str/bytes)."""
-
-    event: str
-    types: dict[str, str]
-    columns: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def rows(self) -> int:
-        """Return the number of records."""
-        return len(self.columns["time_ns"])
-
-    @property
-    def fields(self) -> list[str]:
-        """Return the event's field names (the columns after the common ones)."""
-        return [c for c in self.types if c not in COMMON_NAMES]
-
-    def records(self) -> list[Record]:
-        """Return the table's records."""
-        return list(self.iter_records())
-
-    def iter_records(self, chunk: int = 4096) -> Iterator[Record]:
-        """Yield the table's records, converting ``chunk`` rows at a time (memory stays
-        that of the columns, whatever the row count)."""
-        names = self.fields
-        event = self.event
-        for lo in range(0, self.rows, chunk):
-            cols = [_as_list(self.columns[c][lo : lo + chunk]) for c in names]
-            times, cpus, pids = (_as_list(self.columns[c][lo : lo + chunk]) for c, _t in COMMON)
-            for t, c, p, *vals in zip(times, cpus, pids, *cols, strict=True):
-                yield Record(event, t, c, p, dict(zip(names, vals, strict=True)))
-
-
-def _as_list(col: Any) -> list[Any]:
-    return col.tolist() if isinstance(col, np.ndarray) else list(col)
-
-
-@cache
-def _schema_types(event: str) -> dict[str, str]:
-    """Return the column types the schema declares for ``event`` (empty if unknown)."""
-    from ..schema import by_name
-
-    schema = by_name().get(event)
-    if schema is None:
-        return {}
-    out = {}
-    for f in schema.fields:
-        t = f.type
-        if t.text:
-            out[f.name] = STR
-        elif t.dynamic:
-            out[f.name] = BYTES
-        else:
-            out[f.name] = f"<{'i' if t.signed else 'u'}{t.size}"
-    return out
-
-
-def _infer_type(values: Sequence[object]) -> str:
-    if all(isinstance(v, int) for v in values):
-        ints = [int(v) for v in values]  # type: ignore[call-overload]
-        lo, hi = min(ints, default=0), max(ints, default=0)
-        if lo >= 0:
-            return "<u8" if hi < 1 << 64 else STR
-        return "<i8" if lo >= -(1 << 63) and hi < 1 << 63 else STR
-    if all(isinstance(v, bytes | bytearray) for v in values):
-        return BYTES
-    return STR
-
-
-def _column(values: Sequence[object], typ: str) -> Any:
-    """Return a column of ``typ``; raise TypeError/OverflowError if the values do not fit."""
-    if typ in _INT_TYPES:
-        if not all(isinstance(v, int) for v in values):
-            raise TypeError("not integers")
-        return np.array(values, dtype=typ)
-    if typ == STR:
-        return [v if isinstance(v, str) else str(v) for v in values]
-    if typ == BYTES:
-        if not all(isinstance(v, bytes | bytearray) for v in values):
-            raise TypeError("not bytes")
-        return [bytes(v) for v in values]  # type: ignore[arg-type]
-    raise TypeError(f"unknown column type {typ!r}")
-
-
-def _shuffle(arr: np.ndarray) -> bytes:
-    """Return ``arr``'s bytes transposed (all byte 0s, then all byte 1s...): zlib likes it."""
-    return np.ascontiguousarray(arr).view(np.uint8).reshape(-1, arr.itemsize).T.tobytes()
-
-
-def _unshuffle(data: Any, typ: str, rows: int) -> np.ndarray:
-    dt = np.dtype(typ)
-    raw = np.frombuffer(data, dtype=np.uint8, count=rows * dt.itemsize)
-    return raw.reshape(dt.itemsize, rows).T.copy().view(dt).reshape(rows)
-
-
-def to_tables(records: Iterable[Record]) -> list[Table]:
-    """Return ``records`` as columnar tables, one per event (and field layout).
-
-    Tables are in order of their event's first record; rows keep their order. Field types
-    come from the schema when it knows the event and the values fit, else from the values
-    (ints as ``<u8``, or ``<i8`` if any is negative).
-    """
-    groups: dict[tuple[str, tuple[str, ...]], list[Record]] = {}
-    for r in records:
-        groups.setdefault((r.event, tuple(r.fields)), []).append(r)
-    out = []
-    for (event, names), recs in groups.items():
-        declared = _schema_types(event)
-        t = Table(event, dict(COMMON))
-        t.columns["time_ns"] = np.array([r.time_ns for r in recs], dtype="<i8")
-        t.columns["common_cpu"] = np.array([r.cpu for r in recs], dtype="<u4")
-        t.columns["common_pid"] = np.array([r.pid for r in recs], dtype="<i4")
-        for name in names:
-            values = [r.fields[name] for r in recs]
-            typ = declared.get(name) or _infer_type(values)
-            try:
-                col = _column(values, typ)
-            except (TypeError, ValueError, OverflowError):
-                # The agent registered another layout than this version's schema.
-                typ = _infer_type(values)
-                col = _column(values, typ)
-            t.types[name] = typ
-            t.columns[name] = col
-        out.append(t)
-    return out
-
-
-def encode_tables(tables: Sequence[Table]) -> bytes:
-    """Return the payload of a data block holding ``tables`` (see docs/recording.md)."""
-    heads: list[dict[str, Any]] = []
-    parts: list[bytes] = []
-    for t in tables:
-        heads.append({"event": t.event, "rows": t.rows,
-                      "columns": [[c, typ] for c, typ in t.types.items()]})
-        for c, typ in t.types.items():
-            col = t.columns[c]
-            if typ in _INT_TYPES:
-                parts.append(_shuffle(np.asarray(col, dtype=typ)))
-                continue
-            data = [s.encode("utf-8", "surrogatepass") for s in col] if typ == STR else col
-            ends = np.cumsum([len(d) for d in data], dtype=np.int64)
-            if len(ends) and int(ends[-1]) >= 1 << 32:
-                raise RecordingError(f"{t.event}.{c}: more than 4 GiB in one block")
-            parts.append(np.concatenate(([0], ends)).astype("<u4").tobytes())
-            parts.append(b"".join(data))
-    head = json.dumps({"tables": heads}, separators=(",", ":")).encode()
-    return _U32.pack(len(head)) + head + b"".join(parts)
-
-
-def decode_tables(payload: bytes, events: Callable[[str], bool] | None = None) -> list[Table]:
-    """Return the tables of a data block's payload (only those ``events`` accepts).
-
-    Raise BlockError if the payload does not follow docs/recording.md: every count and
-    offset is checked against the payload before it is used.
-    """
-    try:
-        return _decode_tables(payload, events)
-    except (ValueError, KeyError, TypeError, IndexError, OverflowError, RecursionError,
-            struct.error) as e:
-        # CRC right but contents wrong: a bug, a newer writer, or a forged block.
-        raise BlockError(f"undecodable data block: {type(e).__name__}: {e}") from None
-
-
-def _decode_head(payload: bytes) -> tuple[list[Any], int]:
-    (hlen,) = _U32.unpack_from(payload, 0)
-    if 4 + hlen > len(payload):
-        raise ValueError("the table header runs past the block")
-    head = json.loads(payload[4 : 4 + hlen])
-    if not isinstance(head, dict) or not isinstance(head.get("tables"), list):
-        raise ValueError("the header has no list of tables")
-    return head["tables"], 4 + hlen
-
-
-def _table_layout(t: Any) -> tuple[str, int, list[tuple[str, str]]]:
-    """Return a table header's event, rows and columns, checked."""
-    if not isinstance(t, dict):
-        raise ValueError("a table header is not an object")
-    event, rows, columns = t.get("event"), t.get("rows"), t.get("columns")
-    if not isinstance(event, str) or type(rows) is not int or rows < 0:
-        raise ValueError(f"bad event name or row count: {event!r}, {rows!r}")
-    if not isinstance(columns, list) or not all(
-            isinstance(c, list) and len(c) == 2 and all(isinstance(x, str) for x in c)
-            for c in columns):
-        raise ValueError(f"{event}: columns are not [name, type] pairs")
-    cols = [(name, typ) for name, typ in columns]
-    if tuple(cols[: len(COMMON)]) != COMMON or len({n for n, _t in cols}) != len(cols):
-        raise ValueError(f"{event}: columns must start with {[list(c) for c in COMMON]}"
-                         " and be unique")
-    for _name, typ in cols:
-        if typ not in _INT_TYPES and typ not in (STR, BYTES):
-            raise ValueError(f"{event}: unknown column type {typ!r}")
-    return event, rows, cols
-
-
-def _decode_tables(payload: bytes, events: Callable[[str], bool] | None) -> list[Table]:
-    heads, pos = _decode_head(payload)
-    n = len(payload)
-    view = memoryview(payload)
-    out = []
-    for t in heads:
-        event, rows, cols = _table_layout(t)
-        table = Table(event, dict(cols))
-        keep = events is None or events(event)
-        for name, typ in cols:
-            if typ in _INT_TYPES:
-                size = rows * np.dtype(typ).itemsize
-                if pos + size > n:
-                    raise ValueError(f"{event}.{name}: {rows} rows run past the block")
-                if keep:
-                    table.columns[name] = _unshuffle(view[pos : pos + size], typ, rows)
-                pos += size
-                continue
-            if pos + 4 * (rows + 1) > n:
-                raise ValueError(f"{event}.{name}: {rows} offsets run past the block")
-            offs = np.frombuffer(view[pos : pos + 4 * (rows + 1)], dtype="<u4")
-            pos += 4 * (rows + 1)
-            if offs[0] != 0 or (rows and bool((offs[1:] < offs[:-1]).any())):
-                raise ValueError(f"{event}.{name}: offsets do not start at 0 and grow")
-            end = pos + int(offs[-1])
-            if end > n:
-                raise ValueError(f"{event}.{name}: data runs past the block")
-            if keep:
-                blob = bytes(view[pos:end])
-                items = [blob[a:b] for a, b in itertools.pairwise(offs.tolist())]
-                table.columns[name] = ([b.decode("utf-8", "surrogatepass") for b in items]
-                                       if typ == STR else items)
-            pos = end
-        if keep:
-            out.append(table)
-    return out
-
-
-def decode_block(buf: Any, ref: BlockRef,
-                 events: Callable[[str], bool] | None = None) -> list[Table]:
-    """Return the tables of the data block ``ref`` of ``buf``; raise BlockError if it
-    cannot be decompressed or decoded (the caller skips it and reads on)."""
-    return decode_tables(ref.payload(buf), events)
-
-
-def merge_by_time(tables: Iterable[Table]) -> Iterator[Record]:
-    """Yield the tables' records merged by time (each table is already in time order)."""
-    its = [t.iter_records() for t in tables]
-    if len(its) == 1:
-        yield from its[0]
-    else:
-        yield from heapq.merge(*its, key=lambda r: r.time_ns)
-
-
 # --- writing --------------------------------------------------------------------------------
-
-
-def recording_meta(**extra: Any) -> dict[str, Any]:
-    """Return the metadata a recording starts with (clock offset, host, version)."""
-    import socket
-    import time
-
-    from .. import __version__
-
-    return {"format": "rezolus-ue recording", "version": FORMAT_VERSION,
-            "writer": f"rezolus-ue {__version__}", "hostname": socket.gethostname(),
-            "wall_offset_ns": time.time_ns() - time.monotonic_ns(),
-            "started_unix_ns": time.time_ns(), **extra}
 
 
 def data_blocks(records: Sequence[Record]) -> Iterator[bytes]:
@@ -711,20 +154,7 @@ def write_native(records: Iterable[Record], path: Path, meta: dict[str, Any] | N
     return n
 
 
-def _chunks(records: Iterable[Record], size: int) -> Iterator[list[Record]]:
-    it = iter(records)
-    while chunk := list(itertools.islice(it, size)):
-        yield chunk
-
-
 # --- reading --------------------------------------------------------------------------------
-
-
-def _event_filter(events: Iterable[str] | None) -> Callable[[str], bool] | None:
-    if events is None:
-        return None
-    wanted = frozenset(events)
-    return wanted.__contains__
 
 
 def read_native(buf: Any, events: Iterable[str] | None = None,
@@ -804,11 +234,6 @@ def _is_parquet(path: Path) -> bool:
         return False
 
 
-def _warn_damage(name: object, st: ScanStats) -> None:
-    if damage := st.damage():
-        log.warning("%s: skipped %s; read the rest", name, damage)
-
-
 def _read_file(f: Path, events: Iterable[str] | None, st: ScanStats,
                alone: bool) -> Iterator[Record]:
     """Yield one native file's records; warn once about what was skipped. A file with
@@ -827,7 +252,7 @@ def _read_file(f: Path, events: Iterable[str] | None, st: ScanStats,
             raise RecordingError(msg)
         log.warning("%s", msg)
         return
-    _warn_damage(f, one)
+    warn_damage(f, one)
 
 
 def read_records(path: str | os.PathLike[str], events: Iterable[str] | None = None,
@@ -844,7 +269,7 @@ def read_records(path: str | os.PathLike[str], events: Iterable[str] | None = No
     p = check_input(path)
     st = stats if stats is not None else ScanStats()
     if _parquet_recording(p):
-        yield from read_parquet(p, events, st)
+        yield from read_parquet(_parquet_recording(p), events, st)
         return
     for f in recording_files(p):
         yield from _read_file(f, events, st, alone=f == p)
@@ -918,7 +343,7 @@ def read_tables(path: str | os.PathLike[str],
                         cols[c].append(v)
         finally:
             mf.close()
-        _warn_damage(f, st)
+        warn_damage(f, st)
     out: dict[str, dict[str, Any]] = {}
     for key, (sig, cols) in acc.items():
         types = dict(sig)
@@ -944,197 +369,6 @@ def to_pandas(path: str | os.PathLike[str], events: Iterable[str] | None = None)
         except (OSError, ValueError, pa.ArrowException) as e:
             raise RecordingError(f"cannot read {p}: {e}") from None
     return {e: pd.DataFrame(cols) for e, cols in read_tables(p, events).items()}
-
-
-# --- Parquet --------------------------------------------------------------------------------
-
-
-def _pyarrow() -> tuple[Any, Any]:
-    """Return (pyarrow, pyarrow.parquet), or raise a one-line error saying how to get them."""
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise RecordingError("Parquet needs pyarrow: pip install pyarrow (or"
-                             " pip install 'rezolus-ue[parquet]'); the native format"
-                             " (.rzr) needs nothing") from None
-    return pa, pq
-
-
-def have_pyarrow() -> bool:
-    """Return whether pyarrow can be imported."""
-    try:
-        _pyarrow()
-    except RecordingError:
-        return False
-    return True
-
-
-_ARROW_INTS = {"<u1": "uint8", "<u2": "uint16", "<u4": "uint32", "<u8": "uint64",
-               "<i1": "int8", "<i2": "int16", "<i4": "int32", "<i8": "int64"}
-
-
-def _arrow_table(t: Table, pa: Any) -> Any:
-    """Return an Arrow table for one native table (``buckets`` as a list of structs)."""
-    arrays, names = [pa.array([t.event] * t.rows, pa.dictionary(pa.int32(), pa.string()))], \
-        ["event"]
-    for c, typ in t.types.items():
-        col = t.columns[c]
-        if typ in _INT_TYPES:
-            arrays.append(pa.array(col, type=getattr(pa, _ARROW_INTS[typ])()))
-        elif typ == STR:
-            arrays.append(pa.array(col, pa.string()))
-        elif c == "buckets":
-            arrays.append(_buckets_to_arrow(col, pa))
-        else:
-            arrays.append(pa.array(col, pa.binary()))
-        names.append(c)
-    return pa.Table.from_arrays(arrays, names=names)
-
-
-def _buckets_to_arrow(col: list[bytes], pa: Any) -> Any:
-    entries = [np.frombuffer(b, dtype=h2.SPARSE_DTYPE) for b in col]
-    offsets = np.zeros(len(entries) + 1, dtype=np.int32)
-    np.cumsum([len(e) for e in entries], out=offsets[1:])
-    flat = np.concatenate(entries) if entries else np.empty(0, h2.SPARSE_DTYPE)
-    values = pa.StructArray.from_arrays(
-        [pa.array(flat["index"].astype(np.uint16)), pa.array(flat["count"].astype(np.uint64))],
-        names=["index", "count"])
-    return pa.ListArray.from_arrays(pa.array(offsets), values)
-
-
-def write_parquet(records: Iterable[Record], outdir: Path, meta: dict[str, Any] | None = None,
-                  *, row_group: int = 65_536) -> int:
-    """Write ``records`` as ``outdir/<event>.parquet`` files; return how many records.
-
-    Each file is written as ``.part`` and renamed when complete. An event seen with a
-    second field layout goes to ``<event>-2.parquet``.
-    """
-    pa, pq = _pyarrow()
-    outdir.mkdir(parents=True, exist_ok=True)
-    kv = {b"rezolus_ue.meta": json.dumps(meta or recording_meta()).encode()}
-    writers: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Any, Path]] = {}
-    pending: dict[tuple[str, tuple[tuple[str, str], ...]], list[Any]] = {}
-    names: dict[str, int] = {}
-    n = 0
-
-    def flush(key: tuple[str, tuple[tuple[str, str], ...]]) -> None:
-        tables = pending.pop(key, [])
-        if not tables:
-            return
-        table = pa.concat_tables(tables)
-        if key not in writers:
-            k = names[key[0]] = names.get(key[0], 0) + 1
-            final = outdir / f"{key[0]}{'' if k == 1 else f'-{k}'}{PARQUET_SUFFIX}"
-            part = final.with_name(final.name + PART_SUFFIX)
-            writers[key] = (pq.ParquetWriter(part, table.schema.with_metadata(kv)), final)
-        writers[key][0].write_table(table, row_group_size=row_group)
-
-    try:
-        for chunk in _chunks(records, row_group):
-            for t in to_tables(chunk):
-                key = (t.event, tuple(t.types.items()))
-                pending.setdefault(key, []).append(_arrow_table(t, pa))
-                n += t.rows
-                if sum(x.num_rows for x in pending[key]) >= row_group:
-                    flush(key)
-        for key in list(pending):
-            flush(key)
-    except Exception:
-        for w, final in writers.values():
-            w.close()
-            final.with_name(final.name + PART_SUFFIX).unlink(missing_ok=True)
-        raise
-    for w, final in writers.values():
-        w.close()
-        os.replace(final.with_name(final.name + PART_SUFFIX), final)
-    return n
-
-
-def _arrow_column_values(col: Any, pa: Any) -> list[Any]:
-    typ = col.type
-    if pa.types.is_dictionary(typ):
-        return col.to_pylist()
-    if pa.types.is_list(typ) and pa.types.is_struct(typ.value_type):
-        out = []
-        for item in col.to_pylist():
-            arr = np.empty(len(item), dtype=h2.SPARSE_DTYPE)
-            arr["index"] = [e["index"] for e in item]
-            arr["count"] = [e["count"] for e in item]
-            out.append(arr.tobytes())
-        return out
-    if pa.types.is_integer(typ):
-        return col.to_numpy(zero_copy_only=False).tolist()
-    return col.to_pylist()
-
-
-#: A row group whose metadata claims more (uncompressed) is damage: our writer's hold
-#: 65,536 rows, a few MiB.
-MAX_ROW_GROUP_BYTES = 1 << 28
-MAX_ROW_GROUP_ROWS = 1 << 22
-
-
-def _row_group_records(pf: Any, i: int, name: str, keep: Callable[[str], bool] | None,
-                       pa: Any) -> list[Record]:
-    """Return the records of row group ``i``; raise ValueError if it is not ours or the
-    metadata claims more than a writer of ours produces."""
-    md = pf.metadata.row_group(i)
-    if md.num_rows > MAX_ROW_GROUP_ROWS or md.total_byte_size > MAX_ROW_GROUP_BYTES:
-        raise ValueError(f"claims {md.num_rows} rows in {md.total_byte_size} bytes")
-    table = pf.read_row_group(i)
-    for c, _t in COMMON:
-        if (c not in table.schema.names or not pa.types.is_integer(table.schema.field(c).type)
-                or table.column(c).null_count):
-            raise ValueError(f"no integer column {c} without nulls")
-    out = []
-    for batch in table.to_batches(4096):
-        cols = {n: _arrow_column_values(batch.column(k), pa)
-                for k, n in enumerate(batch.schema.names)}
-        fields = [c for c in cols if c not in COMMON_NAMES and c != "event"]
-        ev = cols.get("event") or [name] * batch.num_rows
-        for k in range(batch.num_rows):
-            if keep is None or keep(ev[k]):
-                out.append(Record(str(ev[k]), cols["time_ns"][k], cols["common_cpu"][k],
-                                  cols["common_pid"][k], {c: cols[c][k] for c in fields}))
-    return out
-
-
-def read_parquet(path: Path, events: Iterable[str] | None = None,
-                 stats: ScanStats | None = None) -> Iterator[Record]:
-    """Yield a Parquet recording's records (every event file merged by time).
-
-    Each row group is read alone: one that cannot be is skipped (counted in ``stats`` as
-    a bad block, one warning per file), and so is a file whose footer is unreadable."""
-    pa, pq = _pyarrow()
-    keep = _event_filter(events)
-    st = stats if stats is not None else ScanStats()
-    # What pyarrow raises on damage besides its own errors (thrift, decoding, claims).
-    errors = (OSError, ValueError, TypeError, KeyError, IndexError, OverflowError,
-              MemoryError, pa.ArrowException)
-
-    def one(f: Path) -> Iterator[Record]:
-        mine = ScanStats()
-        try:
-            pf = pq.ParquetFile(f)
-            groups = pf.metadata.num_row_groups
-        except errors as e:
-            log.warning("%s: skipped: not a readable Parquet file (%s)", f, e)
-            st.bad_blocks += 1
-            return
-        for i in range(groups):
-            try:
-                recs = _row_group_records(pf, i, f.stem, keep, pa)
-            except errors as e:
-                mine.bad_blocks += 1
-                mine.first_error = mine.first_error or f"row group {i}: {e}"
-                continue
-            mine.blocks += 1
-            yield from recs
-        st.add(mine)
-        _warn_damage(f, mine)
-
-    yield from heapq.merge(*(one(f) for f in _parquet_recording(path)),
-                           key=lambda r: r.time_ns)
 
 
 # --- output files -----------------------------------------------------------------------

@@ -61,7 +61,11 @@ def resolve_events(patterns: Iterable[str] | None) -> list[str]:
 
 
 class Subscription:
-    """Records of the selected rezolus-ue events, from every CPU, in time order."""
+    """Records of the selected rezolus-ue events, from every CPU, in time order: the
+    live ``source.Source``."""
+
+    live = True
+    exhausted = False  # a live source never ends
 
     def __init__(self, events: Sequence[str] | None = None, *, wait: bool = True,
                  tracefs: Tracefs | None = None, ring_pages: int = RING_PAGES,
@@ -96,6 +100,11 @@ class Subscription:
     def events(self) -> list[str]:
         """Return the events currently subscribed."""
         return list(self._subs)
+
+    @property
+    def wall_offset_ns(self) -> int:
+        """Return wall-clock minus CLOCK_MONOTONIC now."""
+        return monotonic_to_wall_offset_ns()
 
     @property
     def lost(self) -> int:

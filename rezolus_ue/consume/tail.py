@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .records import Record
+from .source import RECORDING_HELP
 
 #: Longest wait for records in one poll.
 POLL_MS = 1000
@@ -40,9 +41,8 @@ def format_text(r: Record, wall_offset_ns: int) -> str:
     parts = []
     for k, v in r.fields.items():
         if k == "buckets" and isinstance(v, bytes):
-            counts = r.histogram()
-            n = int((counts > 0).sum()) if counts is not None else 0
-            parts.append(f"buckets=<{n} non-zero>")
+            h = r.histogram()
+            parts.append(f"buckets=<{h.nonzero() if h is not None else 0} non-zero>")
         elif isinstance(v, str):
             parts.append(f"{k}={v}" if v and " " not in v else f"{k}={v!r}")
         elif isinstance(v, bytes):
@@ -50,7 +50,7 @@ def format_text(r: Record, wall_offset_ns: int) -> str:
         else:
             parts.append(f"{k}={v}")
     # perf script's layout: the CPU the record was written on in brackets, then the event.
-    return f"{stamp} [{r.cpu:03d}] {r.event}: " + " ".join(parts)
+    return f"{stamp} [{r.common_cpu:03d}] {r.event}: " + " ".join(parts)
 
 
 def format_json(r: Record, wall_offset_ns: int) -> str:
@@ -104,20 +104,22 @@ class _Stopper:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Follow the selected events until interrupted (or --count records)."""
-    if args.source is not None:
-        return _replay(args)
-    from .subscription import Subscription, monotonic_to_wall_offset_ns
+    """Follow the selected events until interrupted (or --count records, or the end of
+    the recording --from names)."""
+    from ..api import open_source, resolve_events
 
-    offset = monotonic_to_wall_offset_ns()
+    # A recording keeps only the events this version knows, as a live subscription does.
+    events = args.events or None if args.source is None else resolve_events(args.events)
     seen = lost = 0
     with _Stopper() as stopper:
         try:
-            with Subscription(args.events or None, wait=not args.no_wait) as sub:
-                while not stopper.requested and (args.count is None or seen < args.count):
+            with open_source(args.source, events, wait=not args.no_wait) as src:
+                offset = src.wall_offset_ns
+                while not (stopper.requested or src.exhausted
+                           or (args.count is not None and seen >= args.count)):
                     stopper.blocked = True
                     try:
-                        recs = sub.poll(POLL_MS, SETTLE_MS)
+                        recs = src.poll(POLL_MS, SETTLE_MS)
                     finally:
                         stopper.blocked = False
                     if args.count is not None:
@@ -125,26 +127,13 @@ def run(args: argparse.Namespace) -> int:
                     seen += write_records(recs, args.format, sys.stdout, offset,
                                           lambda: stopper.requested)
                     sys.stdout.flush()
-                    if sub.lost != lost:
-                        print(f"rezolus-ue: {sub.lost - lost} records lost (consumer too"
+                    if src.lost != lost:
+                        print(f"rezolus-ue: {src.lost - lost} records lost (consumer too"
                               " slow; the kernel ring was full)", file=sys.stderr)
-                        lost = sub.lost
+                        lost = src.lost
         except KeyboardInterrupt:
             if not stopper.requested:
                 raise
-    return 0
-
-
-def _replay(args: argparse.Namespace) -> int:
-    """Print the records of a recording (``--from``)."""
-    from .recfile import read_meta, read_records
-    from .subscription import resolve_events
-
-    offset = int(read_meta(args.source).get("wall_offset_ns", 0))
-    recs = read_records(args.source, events=resolve_events(args.events or None))
-    if args.count is not None:
-        recs = (r for _i, r in zip(range(args.count), recs, strict=False))
-    write_records(recs, args.format, sys.stdout, offset)
     return 0
 
 
@@ -166,8 +155,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-wait", action="store_true",
                    help="exit at once if the agent is not running, instead of waiting")
     p.add_argument("--from", dest="source", type=Path, metavar="FILE",
-                   help="print a recording (rezolus-ue record / dump output, a ring"
-                   " directory or Parquet) instead of live records")
+                   help=f"print {RECORDING_HELP} instead of live records")
     p.set_defaults(func=run)
 
 

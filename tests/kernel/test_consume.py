@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+import rezolus_ue
 from rezolus_ue import schema as S
 from rezolus_ue.consume.subscription import Subscription
 from rezolus_ue.linux.user_events import UserEventsData
@@ -62,6 +65,32 @@ def test_two_subscriptions_each_get_every_record(tracefs, ue):
         b.close()
     assert not reg.enabled
     assert (tracefs.root / "tracing_on").read_text() == tracing_on
+
+
+def test_subscribe_live_keeps_fields_and_metadata_apart(ue):
+    """The public API on live tracepoints: ``r["cpu"]`` is the event's field, ``r.meta``
+    where the record was written; closing the iterator releases the event."""
+    reg = _register(ue)
+    writer: list[int] = []
+
+    def write() -> None:
+        wait_for(lambda: reg.enabled, timeout=120, what="subscribe() to enable the event")
+        writer.append(threading.get_native_id())
+        for i in range(20):
+            reg.write(_row(1000 + i))
+
+    t = threading.Thread(target=write)
+    t.start()
+    it = rezolus_ue.subscribe(CPU.name, wait=False)
+    try:
+        got = [next(it) for _ in range(20)]
+    finally:
+        it.close()
+        t.join()
+    assert [r["cpu"] for r in got] == list(range(1000, 1020))
+    assert all(r.meta.pid == writer[0] and 0 <= r.meta.cpu < os.cpu_count() for r in got)
+    assert got == sorted(got, key=lambda r: r.meta.time_ns)
+    assert not reg.enabled
 
 
 def test_lost_records_are_counted(tracefs, ue):

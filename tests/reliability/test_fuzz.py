@@ -30,8 +30,8 @@ from test_config import _DOCS
 from test_recorder import workload
 
 from rezolus_ue import cli, config
-from rezolus_ue.consume import recfile, recorder
-from rezolus_ue.consume.recfile import KIND_DATA, RecordingError, ScanStats
+from rezolus_ue.consume import dump, recblocks, recfile, recparquet
+from rezolus_ue.consume.recblocks import KIND_DATA, RecordingError, ScanStats
 from rezolus_ue.consume.records import Record
 from rezolus_ue.errors import ConfigError
 from rezolus_ue.samplers import options
@@ -163,14 +163,14 @@ def test_hostile_config_lines_fail_in_one_line_in_linear_time(tmp_path: Path) ->
 
 
 def _key(r: Record) -> tuple:
-    return (r.event, r.time_ns, r.cpu, r.pid,
+    return (r.event, r.time_ns, r.meta.cpu, r.meta.pid,
             json.dumps(r.fields, sort_keys=True, default=bytes.hex))
 
 
 def _base(seconds: int = 20, t0: int = 7_000_000_000_000) -> tuple[bytes, list[bytes]]:
     """Return a recording's bytes and its data blocks' bytes."""
     recs = workload(seconds, t0=t0)
-    blocks = [recfile.meta_block(recfile.recording_meta())]
+    blocks = [recblocks.meta_block(recblocks.recording_meta())]
     blocks += [b for i in range(0, len(recs), 25) for b in recfile.data_blocks(recs[i : i + 25])]
     return b"".join(blocks), blocks[1:]
 
@@ -194,7 +194,7 @@ def _mutate(rng: random.Random, data: bytes, other: bytes) -> bytes:
         elif op == 2:  # lost bytes
             del b[at : at + size]
         elif op == 3:  # inserted garbage, sometimes sync words
-            b[at:at] = rng.randbytes(size) if rng.random() < 0.7 else recfile.SYNC * size
+            b[at:at] = rng.randbytes(size) if rng.random() < 0.7 else recblocks.SYNC * size
         elif op == 4:  # a repeated range (a bad copy)
             b[at:at] = b[at : at + size]
         elif op == 5:  # cut short (a crash)
@@ -202,7 +202,7 @@ def _mutate(rng: random.Random, data: bytes, other: bytes) -> bytes:
         elif op == 6:  # another recording spliced in
             b[at:at] = other[rng.randrange(len(other)) :][: rng.randrange(1, 20000)]
         elif op == 7:  # a forged header claiming a payload to the end of the file
-            b[at:at] = recfile.HEADER.pack(recfile.SYNC, KIND_DATA, 1, 0,
+            b[at:at] = recblocks.HEADER.pack(recblocks.SYNC, KIND_DATA, 1, 0,
                                            max(0, n - at), rng.getrandbits(32))
         else:  # junk before the first block
             b[0:0] = rng.randbytes(size)
@@ -240,9 +240,9 @@ def test_damaged_recordings_lose_only_the_damage(tmp_path: Path) -> None:
         except RecordingError as e:
             assert not got and "not a rezolus-ue recording" in str(e), f"seed {seed}"
             continue
-        files = [recfile.MappedFile.open(src)]
+        files = [recblocks.MappedFile.open(src)]
         try:
-            recorder.assemble(files, out)
+            dump.assemble(files, out)
         except RecordingError as e:
             assert not got and "no records" in str(e), f"seed {seed}"
             continue
@@ -253,7 +253,7 @@ def test_damaged_recordings_lose_only_the_damage(tmp_path: Path) -> None:
 
 def _bad_payload(rng: random.Random, payload: bytes) -> bytes:
     """Return a data payload made wrong in one way a CRC cannot see."""
-    (hlen,) = recfile._U32.unpack_from(payload)
+    (hlen,) = recblocks._U32.unpack_from(payload)
     head, body = json.loads(payload[4 : 4 + hlen]), payload[4 + hlen :]
     t = rng.choice(head["tables"])
     op = rng.randrange(10)
@@ -271,7 +271,7 @@ def _bad_payload(rng: random.Random, payload: bytes) -> bytes:
         head = {"tables": head["tables"] + [t] * rng.randint(1, 3)}
     elif op == 6:
         depth = rng.choice([50, 5000, 100_000])
-        return recfile._U32.pack(2 * depth) + b"[" * depth + b"]" * depth
+        return recblocks._U32.pack(2 * depth) + b"[" * depth + b"]" * depth
     elif op == 7:
         body = body[: rng.randrange(len(body) + 1)]
     elif op == 8:
@@ -279,21 +279,21 @@ def _bad_payload(rng: random.Random, payload: bytes) -> bytes:
         body = body[:i] + bytes([body[i] ^ 0xFF]) + body[i + 1 :]
     else:
         text = json.dumps(head).encode()
-        return recfile._U32.pack(rng.choice([0, len(text) + 10**6, 2**32 - 1])) + text + body
+        return recblocks._U32.pack(rng.choice([0, len(text) + 10**6, 2**32 - 1])) + text + body
     text = json.dumps(head).encode()
-    return recfile._U32.pack(len(text)) + text + body
+    return recblocks._U32.pack(len(text)) + text + body
 
 
 def test_valid_checksum_bad_blocks_are_skipped_alone() -> None:
     """400 blocks whose CRC is right but whose contents are wrong, each between intact
     blocks: the intact ones are all read, the bad one is read whole or skipped whole."""
     data, blocks = _base()
-    payloads = [recfile.BlockRef(KIND_DATA, 1, 0, len(b), 0).payload(b) for b in blocks]
+    payloads = [recblocks.BlockRef(KIND_DATA, 1, 0, len(b), 0).payload(b) for b in blocks]
     intact = _expected(data, blocks)
     for seed in range(400):
         rng = random.Random(seed)
         k = rng.randrange(len(blocks))
-        bad = recfile.encode_block(KIND_DATA, _bad_payload(rng, payloads[k]),
+        bad = recblocks.encode_block(KIND_DATA, _bad_payload(rng, payloads[k]),
                                    compress=rng.random() < 0.8)
         buf = b"".join(blocks[:k]) + bad + b"".join(blocks[k:])
         st = ScanStats()
@@ -311,8 +311,8 @@ def test_decompression_bombs_stay_within_memory() -> None:
     data, blocks = _base(4)
     bomb = zlib_bomb()
     for stored, hint in ((bomb, 0), (bomb, 0xFFFF), (bomb, 3), (bomb[: len(bomb) // 16], 0)):
-        head = recfile.HEADER.pack(recfile.SYNC, KIND_DATA, 1, hint, len(stored), 0)[:12]
-        blk = head + recfile._U32.pack(zlib.crc32(stored, zlib.crc32(head))) + stored
+        head = recblocks.HEADER.pack(recblocks.SYNC, KIND_DATA, 1, hint, len(stored), 0)[:12]
+        blk = head + recblocks._U32.pack(zlib.crc32(stored, zlib.crc32(head))) + stored
         buf = blocks[0] + blk + b"".join(blocks[1:])
         st = ScanStats()
         tracemalloc.start()
@@ -322,7 +322,7 @@ def test_decompression_bombs_stay_within_memory() -> None:
         finally:
             tracemalloc.stop()
         assert got == _expected(data, blocks) and st.bad_blocks == 1
-        assert peak < 2 * recfile.MAX_PAYLOAD + 64 * len(buf), (hint, peak)
+        assert peak < 2 * recblocks.MAX_PAYLOAD + 64 * len(buf), (hint, peak)
 
 
 def test_damaged_parquet_never_escapes_and_keeps_other_row_groups(tmp_path: Path) -> None:
@@ -331,7 +331,7 @@ def test_damaged_parquet_never_escapes_and_keeps_other_row_groups(tmp_path: Path
     pq = pytest.importorskip("pyarrow.parquet")
     recs = workload(30)
     clean = tmp_path / "clean"
-    recfile.write_parquet(recs, clean, row_group=16)
+    recparquet.write_parquet(recs, clean, row_group=16)
     files = sorted(clean.iterdir())
     for seed in range(150):
         rng = random.Random(seed)
@@ -358,7 +358,7 @@ def test_damaged_parquet_never_escapes_and_keeps_other_row_groups(tmp_path: Path
                 if not anywhere:
                     pf = pq.ParquetFile(f)
                     spared += Counter(_key(r) for i in range(md.num_row_groups) if i != g
-                                      for r in recfile._row_group_records(
+                                      for r in recparquet._row_group_records(
                                           pf, i, f.stem, None, pytest.importorskip("pyarrow")))
             (d / f.name).write_bytes(bytes(data))
         try:

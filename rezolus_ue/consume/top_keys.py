@@ -1,0 +1,111 @@
+"""``rezolus-ue top``: the UI state (sort, filter, interval, pause, panels) and the
+keys that change it. Pure: ``handle_key(ui, key)`` returns the next state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+# --- UI state and keys (pure) ------------------------------------------------------------
+
+#: Display intervals that ``+`` and ``-`` step through (seconds).
+INTERVALS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+
+#: Sort modes that ``s`` cycles through: one column per table in each mode.
+SORTS: tuple[dict[str, str], ...] = (
+    {"cgroup": "cpu", "disk": "util", "net": "bytes"},
+    {"cgroup": "mem", "disk": "bytes", "net": "packets"},
+    {"cgroup": "io", "disk": "ops", "net": "errors"},
+    {"cgroup": "name", "disk": "name", "net": "name"},
+)
+
+ESC, ENTER, BACKSPACE = "\x1b", "\n", "\x7f"
+
+
+@dataclass(frozen=True)
+class UiState:
+    """What the user chose: everything ``render`` needs besides the model."""
+
+    interval_s: float = 1.0
+    paused: bool = False
+    sort: int = 0
+    filter: str = ""
+    editing: bool = False  # typing a filter after '/'
+    help: bool = False
+    #: The samplers screen: every sampler's state, errors and why (key e).
+    samplers: bool = False
+    quit: bool = False
+    #: False for ``--once``: no key footer, no padding to the screen height.
+    interactive: bool = True
+    #: Seconds since the last record (set by the loop; shown when the agent goes quiet).
+    silent_s: float = 0.0
+
+
+def step_interval(current: float, up: bool) -> float:
+    """Return the next display interval above (or below) ``current`` in ``INTERVALS``."""
+    if up:
+        return next((v for v in INTERVALS if v > current + 1e-9), INTERVALS[-1])
+    return next((v for v in reversed(INTERVALS) if v < current - 1e-9), INTERVALS[0])
+
+
+def handle_key(ui: UiState, key: str) -> UiState:
+    """Return the UI state after one key."""
+    if ui.editing:
+        if key in (ENTER, "\r"):
+            return replace(ui, editing=False)
+        if key == ESC:
+            return replace(ui, editing=False, filter="")
+        if key in (BACKSPACE, "\b"):
+            return replace(ui, filter=ui.filter[:-1])
+        if key == "\x15":  # Ctrl-U, as in a shell
+            return replace(ui, filter="")
+        if len(key) == 1 and key.isprintable():
+            return replace(ui, filter=ui.filter + key)
+        return ui
+    if ui.help and key in ("h", "?", ESC, "q"):
+        return replace(ui, help=False)  # q closes help first, like less
+    if ui.samplers and key in ("e", ESC, "q"):
+        return replace(ui, samplers=False)
+    match key:
+        case "q" | "Q":
+            return replace(ui, quit=True)
+        case "p" | " ":
+            return replace(ui, paused=not ui.paused)
+        case "s":
+            return replace(ui, sort=(ui.sort + 1) % len(SORTS))
+        case "S":
+            return replace(ui, sort=(ui.sort - 1) % len(SORTS))
+        case "/":
+            return replace(ui, editing=True, help=False)
+        case "+" | "=":
+            return replace(ui, interval_s=step_interval(ui.interval_s, up=True))
+        case "-" | "_":
+            return replace(ui, interval_s=step_interval(ui.interval_s, up=False))
+        case "h" | "?":
+            return replace(ui, help=not ui.help, samplers=False)
+        case "e":
+            return replace(ui, samplers=True, help=False)
+        case _ if key == ESC and ui.filter:
+            return replace(ui, filter="")
+    return ui
+
+
+def split_keys(data: str) -> list[str]:
+    """Return the keys in a chunk read from the terminal; escape sequences are one key each.
+
+    Arrow and function keys (``ESC [ ... final``) come back whole, so they are ignored
+    rather than read as ``[`` and a letter; a lone ESC is the Escape key.
+    """
+    keys: list[str] = []
+    i = 0
+    while i < len(data):
+        c = data[i]
+        if c == ESC and i + 1 < len(data) and data[i + 1] in "[O":
+            j = i + 2
+            while j < len(data) and not (data[j].isalpha() or data[j] == "~"):
+                j += 1
+            keys.append(data[i : j + 1])
+            i = j + 1
+        else:
+            keys.append(ENTER if c == "\r" else c)
+            i += 1
+    return keys

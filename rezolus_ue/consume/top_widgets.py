@@ -1,0 +1,330 @@
+"""``rezolus-ue top``: number formats and the small rendering pieces (bars, sparklines,
+cut lines, tables whose columns drop to fit) that every panel draws with. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from rich.text import Span, Text
+
+from .top_keys import UiState
+from .top_rows import CgroupRow, DiskRow, NetRow
+
+# --- formatting ------------------------------------------------------------------------
+
+
+def fmt_num(x: float | None) -> str:
+    """Return a count or rate in at most 5 characters: 0, 3.5, 123, 12.3k, 1.2M."""
+    if x is None:
+        return "-"
+    if x == 0:
+        return "0"
+    if x < 10:
+        return f"{x:.1f}"
+    for div, suffix in ((1, ""), (1e3, "k"), (1e6, "M"), (1e9, "G"), (1e12, "T")):
+        v = x / div
+        if v < 9.95 and suffix:
+            return f"{v:.1f}{suffix}"
+        if v < 999.5:
+            return f"{v:.0f}{suffix}"
+    return f"{x / 1e15:.0f}P"
+
+
+def fmt_int(n: int) -> str:
+    """Return a count: exact below 1000, else as ``fmt_num``."""
+    return str(n) if n < 1000 else fmt_num(n)
+
+
+def fmt_bytes(x: float | None) -> str:
+    """Return bytes in binary units in at most 5 characters: 512, 1.5K, 12.3M, 15.5G."""
+    if x is None:
+        return "-"
+    if x < 1000:
+        return f"{x:.0f}"
+    v = float(x)
+    for suffix in "KMGTPE":
+        v /= 1024
+        if v < 9.95:
+            return f"{v:.1f}{suffix}"
+        if v < 999.5:
+            return f"{v:.0f}{suffix}"
+    return f"{v:.0f}E"
+
+
+def fmt_pct(share: float | None) -> str:
+    """Return a share (1.0 = 100%) as 42.1% (100% and above without a decimal)."""
+    if share is None:
+        return "-"
+    p = share * 100
+    return f"{p:.0f}%" if p >= 99.95 else f"{p:.1f}%"
+
+
+def fmt_uptime(s: float) -> str:
+    """Return a duration as 42s, 12m03s, 3h12m or 5d03h."""
+    s = int(s)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def fmt_value(v: int, unit: str) -> str:
+    """Return a histogram value with its unit: 120us, 1.5ms, 2.0s; else a number and unit."""
+    scale = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}.get(unit)
+    if scale is None:
+        return fmt_num(v) + unit
+    ns = v * scale
+    for div, u in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
+        if ns >= div:
+            x = ns / div
+            return f"{x:.1f}{u}" if x < 9.95 else f"{x:.0f}{u}"
+    return f"{ns:.0f}ns"
+
+
+def _interval(s: float) -> str:
+    return f"{s:g}s" if s >= 1 else f"{s * 1000:g}ms"
+
+
+# --- small rendering helpers -----------------------------------------------------------
+
+_LEVELS = " ▁▂▃▄▅▆▇█"
+
+
+def _level_style(share: float) -> str:
+    return "red" if share >= 0.9 else "yellow" if share >= 0.6 else "green"
+
+
+def _items(parts: Sequence[tuple[int, Text]], width: int, sep: str = "  ") -> Text:
+    """Return the parts joined in order, dropping the highest ``prio`` first to fit."""
+    keep = list(parts)
+    while len(keep) > 1:
+        total = sum(t.cell_len for _p, t in keep) + len(sep) * (len(keep) - 1)
+        if total <= width:
+            break
+        keep.remove(max(keep, key=lambda pt: pt[0]))
+    out = Text(sep).join(t for _p, t in keep)
+    out.truncate(width, overflow="ellipsis")
+    return out
+
+
+def _kv(label: str, value: str, style: str = "") -> Text:
+    return Text.assemble((label + " ", "dim"), (value, style or "bold"))
+
+
+class _Line:
+    """A line built from (text, style) pieces and made into one ``Text`` at the end.
+
+    ``Text.append`` sanitises every piece; on a screen of a few thousand pieces that is
+    most of the cost of a frame, so the hot paths build spans directly. Pieces must be
+    free of control characters (labels go through ``_clean``).
+    """
+
+    __slots__ = ("_n", "_parts", "_spans")
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+        self._spans: list[Span] = []
+        self._n = 0
+
+    def append(self, s: str, style: str = "") -> None:
+        if s:
+            if style:
+                self._spans.append(Span(self._n, self._n + len(s), style))
+            self._parts.append(s)
+            self._n += len(s)
+
+    @property
+    def cell_len(self) -> int:
+        return self._n  # every piece is single-width: ASCII, box and block characters
+
+    def text(self) -> Text:
+        return Text("".join(self._parts), spans=self._spans)
+
+
+def _clean(s: str) -> str:
+    """Return a label with control characters replaced (it came from the kernel)."""
+    return s if s.isprintable() else "".join(c if c.isprintable() else "?" for c in s)
+
+
+def _bar(out: _Line, width: int, segments: Sequence[tuple[float, str]],
+         peak: float | None = None, empty: str = " ") -> None:
+    """Append a bar of ``width`` cells filled by ``(share, style)`` segments in order.
+
+    ``peak`` (a share) marks the interval's maximum with ``|`` when it lies past the fill.
+    """
+    done = 0
+    acc = 0.0
+    for share, style in segments:
+        acc += max(share, 0.0)
+        end = min(width, round(acc * width))
+        if end > done:
+            out.append("█" * (end - done), style)
+            done = end
+    if peak is not None and width > 0:
+        at = min(width - 1, max(0, round(peak * width) - 1))
+        if at >= done:
+            out.append(empty * (at - done), "dim")
+            out.append("|", "bold yellow")
+            done = at + 1
+    out.append(empty * (width - done), "dim")
+
+
+def _spark(counts: np.ndarray, width: int) -> Text:
+    """Return the non-zero range of a bucket array as a bar chart ``width`` cells wide."""
+    nz = np.flatnonzero(counts)
+    if width <= 0 or not len(nz):
+        return Text(" " * max(width, 0))
+    seg = counts[nz[0] : nz[-1] + 1].astype(np.float64)
+    cells = np.array([c.sum() for c in np.array_split(seg, min(width, len(seg)))])
+    top = cells.max() or 1.0
+    chars = "".join(_LEVELS[max(1, round(c / top * 8))] if c else " " for c in cells)
+    return Text(chars.ljust(width), "cyan")
+
+
+def _fit(t: Text, width: int) -> Text:
+    t.truncate(width, overflow="ellipsis")
+    return t
+
+
+def _ltrunc(s: str, width: int) -> str:
+    """Return ``s`` cut from the left to ``width`` (a cgroup path's tail says the most)."""
+    return s if len(s) <= width else "…" + s[len(s) - width + 1 :]
+
+
+# --- tables ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Col:
+    header: str
+    width: int  # minimum width for the flexible (first) column
+    cell: Callable[[Any], str]
+    drop: int = 0  # 0: never dropped; when narrow, the highest number goes first (together)
+    style: Callable[[Any], str] | None = None
+    key: str = ""  # the sort mode this column shows (marked with a triangle)
+    #: For the first column: the cell cut to a width (default: cut from the left).
+    fit: Callable[[Any, int], str] | None = None
+
+
+def _table(title: str, cols: Sequence[_Col], rows: Sequence[object], width: int,
+           lines: int, sort_col: str) -> list[Text]:
+    """Return a header line and up to ``lines - 1`` rows; the first column flexes.
+
+    The first header names the table (and how many rows did not fit); the sorted column's
+    header carries a triangle.
+    """
+    cols = list(cols)
+    while sum(c.width + 1 for c in cols) - 1 > width:
+        worst = max(c.drop for c in cols)
+        if not worst:
+            break
+        cols = [c for c in cols if c.drop != worst]
+    flex = max(cols[0].width, width - sum(c.width + 1 for c in cols[1:]))
+    shown = rows[: max(lines - 1, 0)]
+    more = len(rows) - len(shown)
+    head = _Line()
+    label = title + ("▼" if sort_col == "name" else "") + (f" +{more}" if more else "")
+    head.append(label[:flex].ljust(flex), "bold")
+    for c in cols[1:]:
+        sorted_here = bool(c.key) and c.key == sort_col
+        head.append(" ")
+        head.append((c.header + ("▼" if sorted_here else "")).rjust(c.width),
+                    "bold reverse" if sorted_here else "bold")
+    out = [_fit(head.text(), width)]
+    first = cols[0]
+    for r in shown:
+        line = _Line()
+        name = first.fit(r, flex) if first.fit else _ltrunc(_clean(first.cell(r)), flex)
+        line.append(name.ljust(flex))
+        for c in cols[1:]:
+            line.append(" ")
+            line.append(c.cell(r).rjust(c.width), c.style(r) if c.style else "")
+        out.append(_fit(line.text(), width))
+    return out
+
+
+def _matches(label: str, ui: UiState) -> bool:
+    return not ui.filter or ui.filter.lower() in label.lower()
+
+
+def _desc(v: float | None) -> float:
+    return -(v if v is not None else -1.0)
+
+
+def _sum(a: float | None, b: float | None) -> float | None:
+    return None if a is None else a + (b or 0.0)
+
+
+_CGROUP_KEYS: dict[str, Callable[[CgroupRow], object]] = {
+    "cpu": lambda r: _desc(r.cpu),
+    "mem": lambda r: -r.memory_bytes,
+    "io": lambda r: _desc(_sum(r.io_read_bps, r.io_write_bps)),
+    "name": lambda r: r.path,
+}
+_DISK_KEYS: dict[str, Callable[[DiskRow], object]] = {
+    "util": lambda r: _desc(r.util),
+    "bytes": lambda r: _desc(_sum(r.read_bps, r.write_bps)),
+    "ops": lambda r: _desc(_sum(r.reads_s, r.writes_s)),
+    "name": lambda r: r.device,
+}
+_NET_KEYS: dict[str, Callable[[NetRow], object]] = {
+    "bytes": lambda r: _desc(_sum(r.rx_bps, r.tx_bps)),
+    "packets": lambda r: _desc(_sum(r.rx_pps, r.tx_pps)),
+    "errors": lambda r: _desc(_sum(r.errors_s, r.drops_s)),
+    "name": lambda r: r.interface,
+}
+
+
+def _cpu_share(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.0f}%" if x * 100 >= 99.5 else f"{x * 100:.1f}%"
+
+
+_CGROUP_COLS = (
+    _Col("CGROUP", 20, lambda r: r.path),
+    _Col("cpu%", 6, lambda r: _cpu_share(r.cpu), key="cpu"),
+    _Col("usr%", 6, lambda r: _cpu_share(r.user), drop=5),
+    _Col("sys%", 6, lambda r: _cpu_share(r.system), drop=5),
+    _Col("thr%", 5, lambda r: _cpu_share(r.throttled), drop=3,
+         style=lambda r: "red" if r.throttled else ""),
+    _Col("mem", 5, lambda r: fmt_bytes(r.memory_bytes), key="mem"),
+    _Col("io/s", 6, lambda r: fmt_bytes(_sum(r.io_read_bps, r.io_write_bps)), key="io"),
+    _Col("rd/s", 6, lambda r: fmt_bytes(r.io_read_bps), drop=6),
+    _Col("wr/s", 6, lambda r: fmt_bytes(r.io_write_bps), drop=6),
+)
+_DISK_COLS = (
+    _Col("DISK", 8, lambda r: r.device),
+    _Col("ops", 5, lambda r: fmt_num(_sum(r.reads_s, r.writes_s)), drop=5, key="ops"),
+    _Col("r/s", 5, lambda r: fmt_num(r.reads_s), drop=2),
+    _Col("w/s", 5, lambda r: fmt_num(r.writes_s), drop=2),
+    _Col("bytes", 6, lambda r: fmt_bytes(_sum(r.read_bps, r.write_bps)), drop=5,
+         key="bytes"),
+    _Col("rd/s", 6, lambda r: fmt_bytes(r.read_bps)),
+    _Col("wr/s", 6, lambda r: fmt_bytes(r.write_bps)),
+    _Col("r_ms", 5, lambda r: fmt_num(r.r_await_ms), drop=3),
+    _Col("w_ms", 5, lambda r: fmt_num(r.w_await_ms), drop=3),
+    _Col("qd", 4, lambda r: str(r.in_flight), drop=4),
+    _Col("util", 6, lambda r: fmt_pct(r.util), key="util",
+         style=lambda r: _level_style(r.util or 0)),
+)
+_NET_COLS = (
+    _Col("NET", 8, lambda r: r.interface),
+    _Col("bytes", 6, lambda r: fmt_bytes(_sum(r.rx_bps, r.tx_bps)), drop=5, key="bytes"),
+    _Col("rx/s", 6, lambda r: fmt_bytes(r.rx_bps)),
+    _Col("tx/s", 6, lambda r: fmt_bytes(r.tx_bps)),
+    _Col("packets", 8, lambda r: fmt_num(_sum(r.rx_pps, r.tx_pps)), drop=5, key="packets"),
+    _Col("rxpk/s", 6, lambda r: fmt_num(r.rx_pps), drop=2),
+    _Col("txpk/s", 6, lambda r: fmt_num(r.tx_pps), drop=2),
+    _Col("errors", 7, lambda r: fmt_num(_sum(r.errors_s, r.drops_s)), drop=1, key="errors",
+         style=lambda r: "red" if (r.errors_s or r.drops_s) else ""),
+)
+
+
+def _sorted(rows: Sequence, keys: dict[str, Callable], sort: str, label: Callable,
+            ui: UiState) -> list:
+    return sorted((r for r in rows if _matches(label(r), ui)), key=keys[sort])
