@@ -22,19 +22,13 @@ from rezolus_ue import config
 from rezolus_ue.agent import Agent, SamplerState, read_status
 from rezolus_ue.errors import KernelFeatureMissing
 from rezolus_ue.metrics import h2
-from rezolus_ue.metrics.catalog import (
-    AGENT_SAMPLER,
-    AGENT_STATUS,
-    CPU_CORES,
-    CPU_USAGE,
-    STATUS_CODES,
-    STATUS_TEXT_MAX,
-)
 from rezolus_ue.metrics.family import Family, counter, gauge
 from rezolus_ue.samplers import REGISTRY, Roots, Sampler, SamplerContext, options
-from rezolus_ue.samplers.agent import AgentSelf, fds_by_size, fit_text
+from rezolus_ue.samplers.agent import AGENT_SAMPLER, AGENT_STATUS, STATUS_CODES, STATUS_TEXT_MAX
+from rezolus_ue.samplers.agent.sampler import AgentSelf, fds_by_size, fit_text
 from rezolus_ue.samplers.base import FamilySampler
-from rezolus_ue.samplers.cpu.usage import CpuUsage
+from rezolus_ue.samplers.cpu_usage import CPU_CORES, CPU_USAGE
+from rezolus_ue.samplers.cpu_usage.sampler import CpuUsage
 from rezolus_ue.schema import AGENT
 
 #: AGENT fields the agent sampler fills from the process itself, not from Agent.stats().

@@ -25,14 +25,18 @@ from helpers import FakeHandle, decoded, require_bpf_object, start_sampler
 
 from rezolus_ue.encoding import EventSchema
 from rezolus_ue.metrics import h2
-from rezolus_ue.metrics.catalog import (
+from rezolus_ue.samplers.blockio_requests import (
     BLOCKIO_ERROR_KINDS,
     BLOCKIO_LATENCY,
     BLOCKIO_OPS,
     BLOCKIO_REQUESTS,
     BLOCKIO_SIZE,
 )
-from rezolus_ue.samplers.blockio_requests import COUNTERS_DTYPE, BlockioRequests, counter_records
+from rezolus_ue.samplers.blockio_requests.sampler import (
+    COUNTERS_DTYPE,
+    BlockioRequests,
+    counter_records,
+)
 
 IO_SIZE = 4096
 #: O_DIRECT reads and writes of each kind per test.

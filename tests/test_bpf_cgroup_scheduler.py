@@ -23,9 +23,9 @@ from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
 
 from rezolus_ue.errors import RezolusError
 from rezolus_ue.metrics import h2
-from rezolus_ue.metrics.catalog import CGROUP_RUNQUEUE_LATENCY, CGROUP_SCHEDULER
-from rezolus_ue.samplers.cgroup import parse_cpu_stat
-from rezolus_ue.samplers.cgroup_scheduler import (
+from rezolus_ue.samplers.cgroup.sampler import parse_cpu_stat
+from rezolus_ue.samplers.cgroup_scheduler import CGROUP_RUNQUEUE_LATENCY, CGROUP_SCHEDULER
+from rezolus_ue.samplers.cgroup_scheduler.sampler import (
     COUNTERS_DTYPE,
     OTHER_LABEL,
     CgroupScheduler,

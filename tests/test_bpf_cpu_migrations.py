@@ -15,8 +15,8 @@ from helpers import decoded, require_bpf_object, start_sampler
 from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
 
 from rezolus_ue.bpf.libbpf import num_possible_cpus
-from rezolus_ue.metrics.catalog import CPU_MIGRATIONS
-from rezolus_ue.samplers.cpu.migrations import MIGRATIONS_DTYPE, CpuMigrations
+from rezolus_ue.samplers.cpu_migrations import CPU_MIGRATIONS
+from rezolus_ue.samplers.cpu_migrations.sampler import MIGRATIONS_DTYPE, CpuMigrations
 
 pytestmark = pytest.mark.host
 

@@ -15,8 +15,8 @@ import time
 import pytest
 from helpers import FakeHandle, decoded, require_bpf_object, start_sampler
 
-from rezolus_ue.metrics.catalog import NETWORK_DROPS, NETWORK_TRAFFIC
-from rezolus_ue.samplers.network_traffic import (
+from rezolus_ue.samplers.network_traffic import NETWORK_DROPS, NETWORK_TRAFFIC
+from rezolus_ue.samplers.network_traffic.sampler import (
     DROP_REASONS,
     OTHER,
     NetworkTraffic,

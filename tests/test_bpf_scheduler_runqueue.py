@@ -20,13 +20,13 @@ from test_bpf_loader import PREFIX, attached_prog_ids, eventually, loaded_progs
 
 from rezolus_ue.errors import RezolusError
 from rezolus_ue.metrics import h2
-from rezolus_ue.metrics.catalog import (
+from rezolus_ue.samplers.scheduler_runqueue import (
     SCHEDULER_OFFCPU,
     SCHEDULER_RUNNING,
     SCHEDULER_RUNQUEUE_LATENCY,
     SCHEDULER_SWITCHES,
 )
-from rezolus_ue.samplers.scheduler_runqueue import SchedulerRunqueue
+from rezolus_ue.samplers.scheduler_runqueue.sampler import SchedulerRunqueue
 
 pytestmark = pytest.mark.host
 

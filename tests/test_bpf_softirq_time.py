@@ -18,8 +18,9 @@ from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
 
 from rezolus_ue.bpf.libbpf import num_possible_cpus
 from rezolus_ue.metrics import h2
-from rezolus_ue.metrics.catalog import SOFTIRQ_DURATION, SOFTIRQ_KINDS, SOFTIRQ_TIME
-from rezolus_ue.samplers.cpu.softirq_time import TIMES_DTYPE, CpuSoftirqTime
+from rezolus_ue.samplers.cpu_softirq import SOFTIRQ_KINDS
+from rezolus_ue.samplers.cpu_softirq_time import SOFTIRQ_DURATION, SOFTIRQ_TIME
+from rezolus_ue.samplers.cpu_softirq_time.sampler import TIMES_DTYPE, CpuSoftirqTime
 
 pytestmark = pytest.mark.host
 

@@ -19,11 +19,15 @@ from test_bpf_h2 import H2_TEST_DTYPE
 
 from rezolus_ue.bpf import build
 from rezolus_ue.errors import RezolusError
-from rezolus_ue.samplers import blockio_requests as blockio_rq
-from rezolus_ue.samplers import cgroup_scheduler, network_traffic, tcp, tcp_traffic
-from rezolus_ue.samplers.cpu import migrations, softirq_time
+from rezolus_ue.samplers.blockio_requests import sampler as blockio_rq
+from rezolus_ue.samplers.cgroup_scheduler import sampler as cgroup_scheduler
+from rezolus_ue.samplers.cpu_migrations import sampler as migrations
+from rezolus_ue.samplers.cpu_softirq_time import sampler as softirq_time
+from rezolus_ue.samplers.network_traffic import sampler as network_traffic
 from rezolus_ue.samplers.scheduler_runqueue import sampler as runqueue
 from rezolus_ue.samplers.syscall import sampler as syscall
+from rezolus_ue.samplers.tcp import sampler as tcp
+from rezolus_ue.samplers.tcp_traffic import sampler as tcp_traffic
 
 #: (object, struct name, Python mirror); padding fields the mirror leaves out are allowed
 #: when their names start with "__".

@@ -26,8 +26,8 @@ from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
 from rezolus_ue.bpf import build
 from rezolus_ue.bpf.libbpf import num_possible_cpus
 from rezolus_ue.metrics import h2
-from rezolus_ue.metrics.catalog import SYSCALL, SYSCALL_LATENCY
-from rezolus_ue.samplers.syscall import Syscall, table
+from rezolus_ue.samplers.syscall import SYSCALL, SYSCALL_LATENCY
+from rezolus_ue.samplers.syscall.sampler import Syscall, table
 
 pytestmark = pytest.mark.host
 

@@ -16,15 +16,15 @@ from test_bpf_network_traffic import K, loopback_transfer
 from rezolus_ue.bpf.loader import Features
 from rezolus_ue.errors import SamplerUnavailable
 from rezolus_ue.metrics import h2
-from rezolus_ue.metrics.catalog import (
+from rezolus_ue.samplers.tcp import (
     TCP_CONNECT_LATENCY,
     TCP_JITTER,
     TCP_PACKET_LATENCY,
     TCP_RETRANSMIT,
     TCP_SRTT,
 )
-from rezolus_ue.samplers.tcp import Tcp
-from rezolus_ue.samplers.tcp_traffic import NO_FUNCTION_HOOKS, TcpTraffic, missing_hooks
+from rezolus_ue.samplers.tcp.sampler import Tcp
+from rezolus_ue.samplers.tcp_traffic.sampler import NO_FUNCTION_HOOKS, TcpTraffic, missing_hooks
 
 HISTOGRAMS = (TCP_PACKET_LATENCY, TCP_SRTT, TCP_JITTER, TCP_CONNECT_LATENCY)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from helpers import FakeHandle, check_golden, decoded, new_sampler, rewrite_in_place, start_sampler
 
-from rezolus_ue.metrics.catalog import CPU_CORES
-from rezolus_ue.samplers.cpu.usage import CpuUsage, busy_ppm, parse_proc_stat_cpus
+from rezolus_ue.samplers.cpu_usage import CPU_CORES
+from rezolus_ue.samplers.cpu_usage.sampler import CpuUsage, busy_ppm, parse_proc_stat_cpus
 from rezolus_ue.schema import CPU_USAGE
 
 FIXTURES = Path(__file__).parent / "fixtures" / "procfs"

@@ -25,8 +25,8 @@ from helpers import (
 )
 
 from rezolus_ue.errors import SamplerUnavailable
-from rezolus_ue.metrics.catalog import BLOCKIO
-from rezolus_ue.samplers.blockio import (
+from rezolus_ue.samplers.blockio import BLOCKIO
+from rezolus_ue.samplers.blockio.sampler import (
     WRAP_NS,
     BlockIO,
     diskstats_values,

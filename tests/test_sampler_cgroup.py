@@ -29,8 +29,8 @@ from helpers import (
 )
 
 from rezolus_ue.errors import SamplerUnavailable
-from rezolus_ue.metrics.catalog import CGROUP_FAMILY
-from rezolus_ue.samplers.cgroup import (
+from rezolus_ue.samplers.cgroup import CGROUP_FAMILY
+from rezolus_ue.samplers.cgroup.sampler import (
     LABEL_MAX,
     RESCAN_NS,
     Cgroups,

@@ -29,9 +29,9 @@ from helpers import (
 )
 
 from rezolus_ue.errors import SamplerUnavailable
-from rezolus_ue.metrics.catalog import CPU_SOFTIRQ, SOFTIRQ_KINDS
 from rezolus_ue.perf_event import parse_cpu_list
-from rezolus_ue.samplers.cpu.softirq import CpuSoftirq, SoftirqReader, parse_softirqs
+from rezolus_ue.samplers.cpu_softirq import CPU_SOFTIRQ, SOFTIRQ_KINDS
+from rezolus_ue.samplers.cpu_softirq.sampler import CpuSoftirq, SoftirqReader, parse_softirqs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "procfs"
 CASES = ["softirq_modern", "softirq_old", "softirq_2631"]

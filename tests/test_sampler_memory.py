@@ -28,9 +28,9 @@ from helpers import (
 )
 
 from rezolus_ue.errors import SamplerUnavailable
-from rezolus_ue.metrics.catalog import MEMORY, MEMORY_PRESSURE, MEMORY_VMSTAT
-from rezolus_ue.samplers import memory as memory_mod
-from rezolus_ue.samplers.memory import (
+from rezolus_ue.samplers.memory import MEMORY, MEMORY_PRESSURE, MEMORY_VMSTAT
+from rezolus_ue.samplers.memory import sampler as memory_mod
+from rezolus_ue.samplers.memory.sampler import (
     PSI_RESOURCES,
     FieldFinder,
     Memory,

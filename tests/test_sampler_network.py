@@ -35,9 +35,9 @@ from helpers import (
 
 from rezolus_ue import config
 from rezolus_ue.errors import SamplerUnavailable
-from rezolus_ue.metrics.catalog import NETWORK
-from rezolus_ue.samplers.network import interfaces as ni
-from rezolus_ue.samplers.network.interfaces import (
+from rezolus_ue.samplers.network import NETWORK
+from rezolus_ue.samplers.network import sampler as ni
+from rezolus_ue.samplers.network.sampler import (
     COUNTERS,
     IFLA_STATS64,
     NetworkInterfaces,
@@ -641,7 +641,7 @@ def test_host_loopback_bytes_are_counted(source: str) -> None:
 
 NETNS_SCRIPT = textwrap.dedent("""
     import ctypes, json, subprocess, sys
-    from rezolus_ue.samplers.network.interfaces import RtnlLinks
+    from rezolus_ue.samplers.network.sampler import RtnlLinks
     CLONE_NEWNET = 0x40000000
     if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNET) != 0:
         sys.exit(f"unshare: errno {ctypes.get_errno()}")

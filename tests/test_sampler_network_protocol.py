@@ -27,8 +27,8 @@ from helpers import (
 )
 
 from rezolus_ue.errors import SamplerUnavailable
-from rezolus_ue.metrics.catalog import TCP, UDP
-from rezolus_ue.samplers.network.protocol import (
+from rezolus_ue.samplers.network_protocol import TCP, UDP
+from rezolus_ue.samplers.network_protocol.sampler import (
     SOURCES,
     NetworkProtocol,
     TableReader,

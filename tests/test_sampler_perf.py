@@ -23,9 +23,12 @@ from rezolus_ue.errors import (
     RezolusError,
     SamplerUnavailable,
 )
-from rezolus_ue.metrics.catalog import PERF_HARDWARE, PERF_SOFTWARE
-from rezolus_ue.samplers import perf
-from rezolus_ue.samplers.perf import PerfHardware, PerfSoftware, ipc_milli, scaled_delta
+from rezolus_ue.samplers import perf_counters as perf
+from rezolus_ue.samplers.perf_counters import ipc_milli, scaled_delta
+from rezolus_ue.samplers.perf_hardware import PERF_HARDWARE
+from rezolus_ue.samplers.perf_hardware.sampler import PerfHardware
+from rezolus_ue.samplers.perf_software import PERF_SOFTWARE
+from rezolus_ue.samplers.perf_software.sampler import PerfSoftware
 
 
 def sysfs(tmp_path: Path, online: str = "0-1", pmus: tuple[str, ...] = ()) -> Path:

@@ -33,8 +33,8 @@ from helpers import (
 )
 
 from rezolus_ue.errors import SamplerUnavailable
-from rezolus_ue.metrics.catalog import SCHEDULER, SCHEDULER_CPU
-from rezolus_ue.samplers.scheduler import (
+from rezolus_ue.samplers.scheduler import SCHEDULER, SCHEDULER_CPU
+from rezolus_ue.samplers.scheduler.sampler import (
     Scheduler,
     parse_schedstat,
     parse_schedstat_version,
@@ -206,7 +206,7 @@ def test_sampler_rates(tmp_path: Path) -> None:
 def test_sampler_shares_each_ticks_proc_stat_with_cpu_usage(tmp_path: Path) -> None:
     """cpu_usage and scheduler both parse /proc/stat: in one agent tick (one t_ns) the
     kernel is asked once, and the second sampler parses what the first read."""
-    from rezolus_ue.samplers.cpu.usage import CpuUsage
+    from rezolus_ue.samplers.cpu_usage.sampler import CpuUsage
 
     shutil.copy(FIXTURES / "sched_modern" / "stat", tmp_path / "stat")
     cpu_dir = tmp_path / "sys" / "devices" / "system" / "cpu"

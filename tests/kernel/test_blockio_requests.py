@@ -27,8 +27,8 @@ from test_bpf_blockio_requests import (
 )
 
 from rezolus_ue.bpf import build
-from rezolus_ue.metrics.catalog import BLOCKIO_REQUESTS
-from rezolus_ue.samplers.blockio_requests import BlockioRequests
+from rezolus_ue.samplers.blockio_requests import BLOCKIO_REQUESTS
+from rezolus_ue.samplers.blockio_requests.sampler import BlockioRequests
 
 pytestmark = pytest.mark.kernel
 

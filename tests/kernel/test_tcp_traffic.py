@@ -13,10 +13,12 @@ from helpers import decoded, require_bpf_object, start_sampler
 from test_bpf_network_traffic import loopback_transfer
 
 from rezolus_ue.bpf.loader import Features
-from rezolus_ue.metrics.catalog import NETWORK_TRAFFIC, TCP_CONNECT_LATENCY, TCP_TRAFFIC
-from rezolus_ue.samplers.network_traffic import NetworkTraffic
-from rezolus_ue.samplers.tcp import Tcp
-from rezolus_ue.samplers.tcp_traffic import TcpTraffic
+from rezolus_ue.samplers.network_traffic import NETWORK_TRAFFIC
+from rezolus_ue.samplers.network_traffic.sampler import NetworkTraffic
+from rezolus_ue.samplers.tcp import TCP_CONNECT_LATENCY
+from rezolus_ue.samplers.tcp.sampler import Tcp
+from rezolus_ue.samplers.tcp_traffic import TCP_TRAFFIC
+from rezolus_ue.samplers.tcp_traffic.sampler import TcpTraffic
 
 pytestmark = pytest.mark.kernel
 

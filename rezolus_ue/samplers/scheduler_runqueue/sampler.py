@@ -1,45 +1,17 @@
-"""Run-queue latency, running time and off-CPU time histograms, and context switches per
-CPU by kind, measured by BPF (Rezolus's scheduler runqueue sampler).
-
-BPF: ``bpf/scheduler_runqueue.bpf.c`` (shared struct: ``bpf/scheduler_runqueue.h``), built
-by ``python -m rezolus_ue.bpf.build``. Hooks: ``sched_wakeup``, ``sched_wakeup_new``,
-``sched_switch``, each as tp_btf, raw_tp or classic tracepoint: the best one the kernel
-supports is loaded (option ``attach`` forces one). Needs kernel BTF
-(``CONFIG_DEBUG_INFO_BTF``) and CAP_BPF + CAP_PERFMON (or root).
-
-Events: ``rezolus_scheduler_runqueue_latency`` (``latency_ns``),
-``rezolus_scheduler_running`` (``running_ns``), ``rezolus_scheduler_offcpu``
-(``offcpu_ns``): H2 histograms of the interval, each with ``attached_ns``, the time the
-programs were attached during the interval (shorter than the publish interval on the first
-record after a consumer arrives); ``rezolus_scheduler_switches``: per CPU voluntary,
-involuntary and idle switch totals.
-
-Lifecycle (``BpfSampler``): the object is loaded at start to verify it, then unloaded;
-programs are loaded and attached only while a consumer has one of these events enabled
-(``collect = "on-demand"``), and detached and unloaded within one publish interval after
-the last leaves. The histograms are cumulative ``BPF_F_MMAPABLE`` arrays kept across
-unloads and read through mmap; ``publish`` takes the interval's delta (``h2.delta``).
-
-Measured cost (2-vCPU VM, Linux 6.18; kernel.bpf_stats_enabled run_time_ns/run_cnt):
-start (probe + load + verify) 45-180 ms; per event, sched_switch 500-640 ns, sched_wakeup
-280-340 ns, about 1 us per switch-and-wakeup pair; ``perf bench sched messaging`` was not
-measurably slower attached than detached (the run-to-run noise, +-15%, is larger). One
-publish of all four events: 55-140 us of CPU on a quiet machine, ~0.6 ms with both CPUs
-saturated by the benchmark.
-"""
+"""The scheduler_runqueue sampler's class (what it reads and publishes: the package docstring)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ...bpf.loader import BpfObject
-from ...metrics.catalog import (
+from ..bpf_sampler import BpfSampler
+from . import (
     SCHEDULER_OFFCPU,
     SCHEDULER_RUNNING,
     SCHEDULER_RUNQUEUE_LATENCY,
     SCHEDULER_SWITCHES,
 )
-from ..bpf_sampler import BpfSampler
 
 #: struct runqueue_switches (bpf/scheduler_runqueue.h): one cache line per CPU.
 SWITCHES_DTYPE = np.dtype({

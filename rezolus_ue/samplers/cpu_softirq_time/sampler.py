@@ -1,0 +1,69 @@
+"""The cpu_softirq_time sampler's class (what it reads and publishes: the package docstring)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...bpf.loader import BpfObject
+from ...metrics import h2
+from ...metrics.family import histogram_records
+from ..bpf_sampler import BpfSampler
+from . import SOFTIRQ_DURATION, SOFTIRQ_KINDS, SOFTIRQ_TIME
+
+_KINDS = len(SOFTIRQ_KINDS)
+
+#: struct softirq_time (bpf/softirq_time.h): 128 bytes per CPU.
+TIMES_DTYPE = np.dtype({
+    "names": ["time_ns", "entered_ns", "entered_vec"],
+    "formats": [("=u8", (_KINDS,)), "=u8", "=u4"],
+    "offsets": [0, 80, 88],
+    "itemsize": 128,
+})
+#: C struct name -> its mirror here (tests check both against the object's BTF).
+SHARED_STRUCTS = {"softirq_time": TIMES_DTYPE}
+
+
+class CpuSoftirqTime(BpfSampler):
+    """Softirq handler time per CPU and kind, and run-time histograms per kind (BPF)."""
+
+    name = "cpu_softirq_time"
+    families = (SOFTIRQ_TIME, SOFTIRQ_DURATION)
+    bpf_object = "softirq_time"
+    per_cpu_maps = ("times",)
+    keep_maps = ("times", "durations", ".bss")
+
+    def setup(self, bpf: BpfObject) -> None:
+        self._times = bpf.array("times", TIMES_DTYPE)
+        self._durations = bpf.array("durations").reshape(_KINDS, h2.BUCKETS)
+        self._attached_ns = bpf.global_var("attached_ns")
+        self._durations_prev: np.ndarray | None = None
+
+    def on_attach(self, now_ns: int) -> None:
+        # Handler starts stored before this (an earlier attachment) are ignored, and the
+        # first record covers only the attached time.
+        self._attached_ns[0] = now_ns
+        self._durations_prev = self._durations.copy()
+
+    def publish(self, t_ns: int) -> None:
+        window = self.window()
+        cur = self._durations.copy()
+        prev, self._durations_prev = self._durations_prev, cur
+        h = self.handles.get(SOFTIRQ_DURATION.schema.name)
+        if h is not None and h.word.value and prev is not None:
+            schema = SOFTIRQ_DURATION.schema
+            for kind in np.flatnonzero((cur != prev).any(axis=1)).tolist():
+                counts, _reset = h2.delta(cur[kind], prev[kind])
+                for rec in histogram_records(schema, (SOFTIRQ_KINDS[kind],),
+                                             (window,), counts):
+                    h.write(schema.pack(*rec))
+        h = self.handles.get(SOFTIRQ_TIME.schema.name)
+        if h is not None and h.word.value:
+            ns = self._times["time_ns"]
+            pack = SOFTIRQ_TIME.schema.pack
+            for cpu in np.flatnonzero(ns.any(axis=1)).tolist():
+                h.write(pack(cpu, *ns[cpu].tolist()))
+
+    def close(self) -> None:
+        self._times = self._durations = self._attached_ns = None  # type: ignore[assignment]
+        self._durations_prev = None
+        super().close()

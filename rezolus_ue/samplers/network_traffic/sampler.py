@@ -1,0 +1,103 @@
+"""The network_traffic sampler's class (what it reads and publishes: the package docstring)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from tracefs_tools import Tracefs, TracefsError, find_tracefs
+
+from ...bpf.loader import BpfObject
+from ..bpf_sampler import BpfSampler
+from . import NETWORK_DROPS, NETWORK_TRAFFIC
+
+#: NETWORK_DROP_REASONS (bpf/network_traffic.h): reason slots per CPU.
+DROP_REASONS = 256
+#: Slot 0's name: the kernel gave no reason, or one outside the slots.
+OTHER = "OTHER"
+
+#: struct network_traffic_counters: one cache line per CPU.
+TRAFFIC_DTYPE = np.dtype({
+    "names": ["rx_bytes", "tx_bytes", "rx_packets", "tx_packets"],
+    "formats": ["=u8"] * 4,
+    "offsets": [0, 8, 16, 24],
+    "itemsize": 64,
+})
+#: struct network_drop_reasons: DROP_REASONS counters per CPU.
+DROPS_DTYPE = np.dtype([("drops", "=u8", (DROP_REASONS,))])
+#: C struct name -> its mirror here (tests check both against the object's BTF).
+SHARED_STRUCTS = {"network_traffic_counters": TRAFFIC_DTYPE,
+                  "network_drop_reasons": DROPS_DTYPE}
+
+_SYMBOLIC = re.compile(r"__print_symbolic\(REC->reason,(.*)\)", re.S)
+_PAIR = re.compile(r"\{\s*(\d+)\s*,\s*\"(\w+)\"\s*\}")
+
+
+def drop_reason_names(print_fmt: str) -> list[str]:
+    """Return the name of each reason slot, from kfree_skb's ``print fmt`` line.
+
+    The kernel prints reasons with ``__print_symbolic(REC->reason, { 2, "NOT_SPECIFIED" },
+    ...)``; slots it does not name are ``REASON_<n>``, slot 0 is ``OTHER``.
+    """
+    names = [f"REASON_{i}" for i in range(DROP_REASONS)]
+    m = _SYMBOLIC.search(print_fmt)
+    for num, name in _PAIR.findall(m.group(1) if m else ""):
+        if 0 < int(num) < DROP_REASONS:
+            names[int(num)] = name
+    names[0] = OTHER
+    return names
+
+
+def kernel_drop_reason_names() -> list[str]:
+    """Return this kernel's reason slot names (numbered ones if tracefs is unreadable)."""
+    try:
+        fmt = Tracefs(find_tracefs(mount=False)).event_format("skb", "kfree_skb")
+    except (TracefsError, OSError):  # the counts stand without names
+        return drop_reason_names("")
+    return drop_reason_names(fmt.print_fmt)
+
+
+class NetworkTraffic(BpfSampler):
+    """Network rx/tx bytes and packets, and drops by reason, of all interfaces (BPF)."""
+
+    name = "network_traffic"
+    families = (NETWORK_TRAFFIC, NETWORK_DROPS)
+    bpf_object = "network_traffic"
+    per_cpu_maps = ("traffic", "drops")
+    keep_maps = ("traffic", "drops")
+
+    def setup(self, bpf: BpfObject) -> None:
+        self._traffic = bpf.array("traffic", TRAFFIC_DTYPE)
+        self._drops = bpf.array("drops", DROPS_DTYPE)
+        self._reasons = kernel_drop_reason_names()
+
+    def totals(self) -> tuple[dict[str, int], np.ndarray]:
+        """Return the traffic totals summed over CPUs, and the drops per reason slot."""
+        tr = self._traffic
+        sums = {f: int(tr[f].sum()) for f in TRAFFIC_DTYPE.names or ()}
+        return sums, self._drops["drops"].sum(axis=0)
+
+    def publish(self, t_ns: int) -> None:
+        self.window()
+        traffic = self.handles.get(NETWORK_TRAFFIC.schema.name)
+        drops = self.handles.get(NETWORK_DROPS.schema.name)
+        want_traffic = traffic is not None and traffic.word.value
+        want_drops = drops is not None and drops.word.value
+        if not (want_traffic or want_drops):
+            return
+        sums, by_reason = self.totals()
+        if want_traffic:
+            assert traffic is not None
+            traffic.write(NETWORK_TRAFFIC.schema.pack(
+                sums["rx_bytes"], sums["tx_bytes"], sums["rx_packets"], sums["tx_packets"],
+                int(by_reason.sum())))
+        if want_drops:
+            assert drops is not None
+            pack = NETWORK_DROPS.schema.pack
+            for slot in np.flatnonzero(by_reason).tolist():
+                drops.write(pack(self._reasons[slot], int(by_reason[slot])))
+
+    def close(self) -> None:
+        self._traffic = self._drops = None  # type: ignore[assignment]
+        super().close()

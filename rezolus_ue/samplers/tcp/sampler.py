@@ -1,0 +1,57 @@
+"""The tcp sampler's class (what it reads and publishes: the package docstring)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...bpf.loader import BpfObject
+from ..bpf_sampler import BpfSampler
+from . import (
+    TCP_CONNECT_LATENCY,
+    TCP_JITTER,
+    TCP_PACKET_LATENCY,
+    TCP_RETRANSMIT,
+    TCP_SRTT,
+)
+
+#: struct tcp_counters (bpf/tcp.h): one cache line per CPU.
+COUNTERS_DTYPE = np.dtype({
+    "names": ["retransmits", "retransmit_errors"],
+    "formats": ["=u8", "=u8"],
+    "offsets": [0, 8],
+    "itemsize": 64,
+})
+#: C struct name -> its mirror here (tests check both against the object's BTF).
+SHARED_STRUCTS = {"tcp_counters": COUNTERS_DTYPE}
+
+
+class Tcp(BpfSampler):
+    """TCP packet latency, srtt, jitter, connect latency and retransmits (BPF tracepoints)."""
+
+    name = "tcp"
+    families = (TCP_PACKET_LATENCY, TCP_SRTT, TCP_JITTER, TCP_CONNECT_LATENCY,
+                TCP_RETRANSMIT)
+    bpf_object = "tcp"
+    per_cpu_maps = ("counters",)
+    histograms = (
+        (TCP_PACKET_LATENCY, "pktlat"),
+        (TCP_SRTT, "srtt"),
+        (TCP_JITTER, "jitter"),
+        (TCP_CONNECT_LATENCY, "connlat"),
+    )
+    keep_maps = ("pktlat", "srtt", "jitter", "connlat", "counters")
+
+    def setup(self, bpf: BpfObject) -> None:
+        self._counters = bpf.array("counters", COUNTERS_DTYPE)
+
+    def publish(self, t_ns: int) -> None:
+        self.publish_histograms(self.window())
+        h = self.handles.get(TCP_RETRANSMIT.schema.name)
+        if h is not None and h.word.value:
+            c = self._counters
+            h.write(TCP_RETRANSMIT.schema.pack(int(c["retransmits"].sum()),
+                                               int(c["retransmit_errors"].sum())))
+
+    def close(self) -> None:
+        self._counters = None  # type: ignore[assignment]
+        super().close()

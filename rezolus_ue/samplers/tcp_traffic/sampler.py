@@ -1,0 +1,74 @@
+"""The tcp_traffic sampler's class (what it reads and publishes: the package docstring)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...bpf.loader import BpfObject, Features
+from ...errors import KernelFeatureMissing, SamplerUnavailable
+from ..bpf_sampler import BpfSampler
+from . import TCP_TRAFFIC
+
+#: struct tcp_traffic_counters (bpf/tcp_traffic.h): one cache line per CPU.
+COUNTERS_DTYPE = np.dtype({
+    "names": ["rx_bytes", "tx_bytes", "rx_packets", "tx_packets"],
+    "formats": ["=u8"] * 4,
+    "offsets": [0, 8, 16, 24],
+    "itemsize": 64,
+})
+#: C struct name -> its mirror here (tests check both against the object's BTF).
+SHARED_STRUCTS = {"tcp_traffic_counters": COUNTERS_DTYPE}
+
+#: Why the sampler cannot run on a kernel without either function hook.
+NO_FUNCTION_HOOKS = (
+    "needs kprobes (CONFIG_KPROBES) or fentry (BPF trampolines: CONFIG_FUNCTION_TRACER,"
+    " CONFIG_DYNAMIC_FTRACE, and a readable available_filter_functions) to hook"
+    " tcp_sendmsg and tcp_cleanup_rbuf, and this kernel has neither; TCP latency, srtt,"
+    " connect latency and retransmits need only tracepoints (sampler tcp)")
+
+
+def missing_hooks(features: Features, attach: str = "auto") -> str | None:
+    """Return why the function hooks cannot attach here (None: some kind can)."""
+    fentry, kprobe = features.trampolines(), features.kprobes()
+    if attach == "fentry" and not fentry:
+        return "attach = \"fentry\": this kernel cannot attach fentry (no BPF trampolines:" \
+               " dynamic ftrace missing or its function list unreadable)"
+    if attach == "kprobe" and not kprobe:
+        return "attach = \"kprobe\": this kernel has no kprobes (CONFIG_KPROBES)"
+    if not (fentry or kprobe):
+        return NO_FUNCTION_HOOKS
+    return None
+
+
+class TcpTraffic(BpfSampler):
+    """TCP bytes and calls by direction (BPF on tcp_sendmsg, tcp_cleanup_rbuf)."""
+
+    name = "tcp_traffic"
+    families = (TCP_TRAFFIC,)
+    bpf_object = "tcp_traffic"
+    per_cpu_maps = ("counters",)
+    keep_maps = ("counters",)
+
+    def start(self) -> None:
+        why = missing_hooks(Features(), str(self.ctx.options.get("attach", "auto")))
+        if why is not None:
+            raise SamplerUnavailable(self.name, why)
+        try:
+            super().start()
+        except KernelFeatureMissing as e:  # e.g. a function renamed or inlined
+            raise SamplerUnavailable(self.name, str(e)) from e
+
+    def setup(self, bpf: BpfObject) -> None:
+        self._counters = bpf.array("counters", COUNTERS_DTYPE)
+
+    def publish(self, t_ns: int) -> None:
+        self.window()
+        h = self.handles.get(TCP_TRAFFIC.schema.name)
+        if h is None or not h.word.value:
+            return
+        c = self._counters
+        h.write(TCP_TRAFFIC.schema.pack(*(int(c[f].sum()) for f in COUNTERS_DTYPE.names or ())))
+
+    def close(self) -> None:
+        self._counters = None  # type: ignore[assignment]
+        super().close()
