@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..config import Option
+from ..config import SAMPLER_OPTIONS, Option
 from ..encoding import EventSchema
 from ..metrics.family import Family, Oversampler
 
@@ -72,6 +72,43 @@ class Sampler(ABC):
     def events(cls) -> tuple[EventSchema, ...]:
         """Return every event this sampler publishes."""
         return tuple(s for f in cls.families for s in f.schemas)
+
+    def option(self, key: str) -> object:
+        """Return option ``key``: as configured, else its declared default (converted)."""
+        if key in self.ctx.options:
+            return self.ctx.options[key]
+        for o in (*SAMPLER_OPTIONS, *self.options):
+            if o.key == key:
+                return o.convert(o.default)
+        raise KeyError(f"sampler {self.name} declares no option {key!r}")
+
+    def int_option(self, key: str) -> int:
+        """Return an "int" or "duration" option."""
+        value = self.option(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"option {self.name}.{key} is {value!r}, not an int")
+        return value
+
+    def bool_option(self, key: str) -> bool:
+        """Return a "bool" option."""
+        value = self.option(key)
+        if not isinstance(value, bool):
+            raise TypeError(f"option {self.name}.{key} is {value!r}, not a bool")
+        return value
+
+    def str_option(self, key: str) -> str:
+        """Return a "path" or "choice" option."""
+        value = self.option(key)
+        if not isinstance(value, str):
+            raise TypeError(f"option {self.name}.{key} is {value!r}, not a string")
+        return value
+
+    def strings_option(self, key: str) -> tuple[str, ...]:
+        """Return a "strings" option."""
+        value = self.option(key)
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise TypeError(f"option {self.name}.{key} is {value!r}, not a list of strings")
+        return tuple(value)
 
     def start(self) -> None:  # noqa: B027 - optional hook
         """Acquire what sample/publish need; raise SamplerUnavailable when it cannot run."""

@@ -153,10 +153,10 @@ class BpfSampler(Sampler):
     @property
     def collect(self) -> str:
         """Return the configured collection mode."""
-        return str(self.ctx.options.get("collect", "on-demand"))
+        return self.str_option("collect")
 
     def start(self) -> None:
-        bpf = BpfObject(self.bpf_object, prefer=str(self.ctx.options.get("attach", "auto")),
+        bpf = BpfObject(self.bpf_object, prefer=self.str_option("attach"),
                         per_cpu_maps=self.per_cpu_maps, keep_maps=self.keep_maps,
                         before_load=self.configure)
         bpf.load(programs=self.collect == "always")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..config import Option
 from ..errors import KernelFeatureMissing, PermissionDenied, RezolusError, SamplerUnavailable
 from ..perf_event import (
     PERF_COUNT_HW_BRANCH_MISSES,
@@ -100,18 +99,6 @@ def _unavailable(name: str, e: RezolusError, what: str) -> SamplerUnavailable:
     return SamplerUnavailable(name, f"{what}: {e}")
 
 
-#: The option both perf samplers have.
-OVERSAMPLE = Option(
-    "oversample", "bool", False,
-    "Read the counters every sample_interval while the _dist event is enabled, so its"
-    " percentiles are of per-sample rates. Off by default: reading another CPU's counters"
-    " interrupts it (an IPI, in a VM an exit on both vCPUs), so at 100 ms every CPU is"
-    " woken ten times a second, and on a VM whose other vCPU the hypervisor has descheduled"
-    " the read spins until it runs again (measured: 25-33 ms of CPU a second on a 2-vCPU VM"
-    " with 21% steal). Off, the _dist event summarises the one rate of each publish"
-    " interval.")
-
-
 class PerCpuCounters(FamilySampler):
     """What both perf samplers share: counters opened per CPU in ``start``, kept in
     ``_events`` as (cpu, that CPU's counters), closed together; the ``oversample``
@@ -120,7 +107,7 @@ class PerCpuCounters(FamilySampler):
     def __init__(self, ctx: SamplerContext) -> None:
         super().__init__(ctx)
         self._events: list[tuple[int, tuple[PerfEvent, ...]]] = []
-        self.oversample = bool(ctx.options.get("oversample", False))  # type: ignore[misc]
+        self.oversample = self.bool_option("oversample")
 
     def close(self) -> None:
         for _cpu, evs in self._events:

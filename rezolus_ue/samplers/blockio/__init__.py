@@ -27,6 +27,7 @@ Events: ``rezolus_blockio_device`` (+ ``_dist``), one record per device.
 
 from __future__ import annotations
 
+from ...config import Option
 from ...encoding import char_array
 from ...metrics.family import Family, Label, counter, gauge
 
@@ -53,3 +54,16 @@ BLOCKIO = Family(
 
 #: This sampler's families, in documentation order.
 FAMILIES: tuple[Family, ...] = (BLOCKIO,)
+
+#: This sampler's options (beyond the common ones): key, type, default, help.
+OPTIONS: tuple[Option, ...] = (
+    Option("devices", "strings", (),
+           "Publish only block devices whose name matches one of these shell globs"
+           " (e.g. [\"nvme*\", \"sd?\"]); empty: all devices."),
+    Option("include_partitions", "bool", False,
+           "Also publish partitions (e.g. sda1, nvme0n1p2); their IO is already counted"
+           " in their disk's."),
+    Option("include_idle", "bool", False,
+           "Also publish devices that have done no IO since they appeared (unused loop,"
+           " ram and zram devices)."),
+)

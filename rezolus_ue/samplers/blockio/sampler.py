@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence, Set
 from fnmatch import fnmatchcase
 
-from ...config import Option
 from ...errors import RezolusError, SamplerUnavailable
 from ...metrics.family import Family
 from ...procfs import KeptOpen
 from ..base import FamilySampler, Unchanged
-from . import BLOCKIO
+from . import BLOCKIO, OPTIONS
 
 SECTOR_BYTES = 512
 MS_NS = 1_000_000
@@ -110,17 +109,7 @@ class BlockIO(FamilySampler):
 
     name = "blockio"
     families = (BLOCKIO,)
-    options = (
-        Option("devices", "strings", (),
-               "Publish only block devices whose name matches one of these shell globs"
-               " (e.g. [\"nvme*\", \"sd?\"]); empty: all devices."),
-        Option("include_partitions", "bool", False,
-               "Also publish partitions (e.g. sda1, nvme0n1p2); their IO is already counted"
-               " in their disk's."),
-        Option("include_idle", "bool", False,
-               "Also publish devices that have done no IO since they appeared (unused loop,"
-               " ram and zram devices)."),
-    )
+    options = OPTIONS
 
     def start(self) -> None:
         try:
@@ -128,10 +117,9 @@ class BlockIO(FamilySampler):
         except (OSError, RezolusError) as e:
             raise SamplerUnavailable(self.name, f"{e} (needs a kernel with CONFIG_BLOCK and"
                                      " procfs)") from None
-        opts = self.ctx.options
-        self._globs = tuple(opts.get("devices", ()))  # type: ignore[arg-type]
-        self._partitions = bool(opts.get("include_partitions", False))
-        self._idle = bool(opts.get("include_idle", False))
+        self._globs = self.strings_option("devices")
+        self._partitions = self.bool_option("include_partitions")
+        self._idle = self.bool_option("include_idle")
         #: (major, minor, name) -> label to publish, or None to skip the device.
         self._keep: dict[tuple[bytes, bytes, bytes], str | None] = {}
         #: label -> unwrap_times state at the last read.

@@ -28,6 +28,7 @@ Events: ``rezolus_cgroup`` (one record per kept group per interval).
 
 from __future__ import annotations
 
+from ...config import Option
 from ...metrics.family import Family, counter, gauge
 from ...metrics.labels import CGROUP
 
@@ -53,3 +54,19 @@ CGROUP_FAMILY = Family(
 
 #: This sampler's families, in documentation order.
 FAMILIES: tuple[Family, ...] = (CGROUP_FAMILY,)
+
+#: This sampler's options (beyond the common ones): key, type, default, help.
+OPTIONS: tuple[Option, ...] = (
+    Option("root", "path", "",
+           "cgroup v2 hierarchy to read; empty means discover the cgroup2 mount in"
+           " /proc/mounts (/sys/fs/cgroup, or /sys/fs/cgroup/unified on hybrid hosts)."),
+    Option("max_cgroups", "int", 64,
+           "Most cgroups published. When more match, those that used the most CPU since"
+           " the previous walk of the hierarchy (every 10s at most) are kept.",
+           min_ns=1, max_ns=10000),
+    Option("include", "strings", ["*"],
+           "Globs on the cgroup path (\"/\" is the root group, e.g."
+           " \"/system.slice/*\"; * also matches /): only matching groups are read."),
+    Option("exclude", "strings", [],
+           "Globs on the cgroup path: matching groups are never read, even if included."),
+)

@@ -11,12 +11,11 @@ from pathlib import Path
 
 from tracefs_tools import parse_mounts
 
-from ...config import Option
 from ...errors import RezolusError, SamplerUnavailable
 from ...metrics.family import Family
 from ...procfs import KeptOpen
 from ..base import FamilySampler
-from . import CGROUP_FAMILY
+from . import CGROUP_FAMILY, OPTIONS
 
 #: Longest published label, in bytes (the event field holds 256 with the NUL).
 LABEL_MAX = 255
@@ -178,27 +177,13 @@ class Cgroups(FamilySampler):
     name = "cgroup"
     families = (CGROUP_FAMILY,)
     oversample = False
-    options = (
-        Option("root", "path", "",
-               "cgroup v2 hierarchy to read; empty means discover the cgroup2 mount in"
-               " /proc/mounts (/sys/fs/cgroup, or /sys/fs/cgroup/unified on hybrid hosts)."),
-        Option("max_cgroups", "int", 64,
-               "Most cgroups published. When more match, those that used the most CPU since"
-               " the previous walk of the hierarchy (every 10s at most) are kept.",
-               min_ns=1, max_ns=10000),
-        Option("include", "strings", ["*"],
-               "Globs on the cgroup path (\"/\" is the root group, e.g."
-               " \"/system.slice/*\"; * also matches /): only matching groups are read."),
-        Option("exclude", "strings", [],
-               "Globs on the cgroup path: matching groups are never read, even if included."),
-    )
+    options = OPTIONS
 
     def start(self) -> None:
-        opts = self.ctx.options
-        self._max = int(opts.get("max_cgroups", 64))  # type: ignore[call-overload]
-        self._include = tuple(opts.get("include", ("*",)))  # type: ignore[arg-type]
-        self._exclude = tuple(opts.get("exclude", ()))  # type: ignore[arg-type]
-        self.root = self._find_root(str(opts.get("root", "")))
+        self._max = self.int_option("max_cgroups")
+        self._include = self.strings_option("include")
+        self._exclude = self.strings_option("exclude")
+        self.root = self._find_root(self.str_option("root"))
         self._groups: dict[str, _Group] = {}
         self._baseline: dict[str, int] = {}
         self._next_scan = 0

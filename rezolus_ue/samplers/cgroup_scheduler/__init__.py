@@ -38,9 +38,11 @@ sched_stat_runtime 135-150 ns (about as many as switches), sched_wakeup_new ~1.5
 
 from __future__ import annotations
 
+from ...config import Option
 from ...encoding import char_array
 from ...metrics.family import Family, Label, counter, histogram
 from ...metrics.labels import ATTACHED, CGROUP
+from ..cgroup import OPTIONS as CGROUP_OPTIONS
 
 #: A fixed-size cgroup label: a histogram record's bucket room is computed from its fixed
 #: fields, so a histogram family cannot carry the dynamic CGROUP label.
@@ -78,3 +80,14 @@ CGROUP_RUNQUEUE_LATENCY = Family(
 
 #: This sampler's families, in documentation order.
 FAMILIES: tuple[Family, ...] = (CGROUP_SCHEDULER, CGROUP_RUNQUEUE_LATENCY,)
+
+#: This sampler's options (beyond the common ones and BPF_OPTIONS): key, type, default, help.
+OPTIONS: tuple[Option, ...] = (
+    Option("max_cgroups", "int", 64,
+           "Most cgroups with counters and a histogram of their own; every other"
+           " cgroup counts in \"(other)\". When more match, those that used the most"
+           " CPU since the previous walk of the hierarchy (every 10s at most) are kept."
+           " Kernel memory: about 4 KB per cgroup.",
+           min_ns=1, max_ns=1024),
+    *(o for o in CGROUP_OPTIONS if o.key in ("include", "exclude")),
+)

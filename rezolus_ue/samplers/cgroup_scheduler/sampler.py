@@ -14,14 +14,12 @@ import numpy as np
 from ...bpf import libbpf
 from ...bpf.libbpf import Object
 from ...bpf.loader import BpfObject
-from ...config import Option
 from ...errors import SamplerUnavailable
 from ...metrics import h2
 from ...metrics.family import histogram_records
 from ..bpf_sampler import BPF_OPTIONS, BpfSampler
 from ..cgroup.sampler import (
     RESCAN_NS,
-    Cgroups,
     cgroup2_mounts,
     matches,
     parse_cpu_stat,
@@ -29,7 +27,7 @@ from ..cgroup.sampler import (
     truncate_label,
     walk,
 )
-from . import CGROUP_RUNQUEUE_LATENCY, CGROUP_SCHEDULER
+from . import CGROUP_RUNQUEUE_LATENCY, CGROUP_SCHEDULER, OPTIONS
 
 #: struct cgroup_sched_counters (bpf/cgroup_scheduler.h): one cache line per slot.
 COUNTERS_DTYPE = np.dtype({
@@ -45,9 +43,6 @@ _FIELDS = ("cpu_ns", "runqueue_wait_ns", "offcpu_ns", "voluntary", "involuntary"
 #: The slot (and label) of every cgroup without one of its own (CGROUP_SCHED_OTHER).
 OTHER_SLOT = 0
 OTHER_LABEL = "(other)"
-
-_CGROUP_OPTIONS = {o.key: o for o in Cgroups.options}
-
 
 def _map_calls() -> tuple[Callable[..., int], Callable[..., int]]:
     """Return libbpf's bpf_map_update_elem and bpf_map_delete_elem, typed."""
@@ -105,23 +100,12 @@ class CgroupScheduler(BpfSampler):
     families = (CGROUP_SCHEDULER, CGROUP_RUNQUEUE_LATENCY)
     bpf_object = "cgroup_scheduler"
     keep_maps = ("counters", "runqlat", "cgroup_slots", ".bss")
-    options = (
-        *BPF_OPTIONS,
-        Option("max_cgroups", "int", 64,
-               "Most cgroups with counters and a histogram of their own; every other"
-               " cgroup counts in \"(other)\". When more match, those that used the most"
-               " CPU since the previous walk of the hierarchy (every 10s at most) are kept."
-               " Kernel memory: about 4 KB per cgroup.",
-               min_ns=1, max_ns=1024),
-        _CGROUP_OPTIONS["include"],
-        _CGROUP_OPTIONS["exclude"],
-    )
+    options = (*BPF_OPTIONS, *OPTIONS)
 
     def start(self) -> None:
-        opts = self.ctx.options
-        self._max = int(opts.get("max_cgroups", 64))  # type: ignore[call-overload]
-        self._include = tuple(opts.get("include", ("*",)))  # type: ignore[arg-type]
-        self._exclude = tuple(opts.get("exclude", ()))  # type: ignore[arg-type]
+        self._max = self.int_option("max_cgroups")
+        self._include = self.strings_option("include")
+        self._exclude = self.strings_option("exclude")
         self.root = cgroup2_root(self.ctx.roots.procfs)
         self._clock = time.monotonic_ns
         super().start()

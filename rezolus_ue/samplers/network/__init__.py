@@ -35,6 +35,7 @@ raising BlockingIOError cost ~60).
 
 from __future__ import annotations
 
+from ...config import Option
 from ...encoding import char_array
 from ...metrics.family import Family, Label, counter
 
@@ -58,3 +59,19 @@ NETWORK = Family(
 
 #: This sampler's families, in documentation order.
 FAMILIES: tuple[Family, ...] = (NETWORK,)
+
+#: This sampler's options (beyond the common ones): key, type, default, help.
+OPTIONS: tuple[Option, ...] = (
+    Option("interfaces", "strings", [],
+           "Interfaces to report, as shell globs (case-sensitive), e.g. [\"eth*\","
+           " \"en*\"]; empty reports every interface."),
+    Option("exclude", "strings", [],
+           "Interfaces not to report (globs), applied after `interfaces`, e.g."
+           " [\"lo\", \"veth*\"]. Empty by default, so loopback is reported too."),
+    Option("source", "choice", "auto",
+           "Where the counters come from: \"netlink\" (an rtnetlink RTM_GETSTATS dump"
+           " per sample, 64-bit counters), \"sysfs\" (/sys/class/net/*/statistics, kept"
+           " open) or \"auto\": netlink, else sysfs where netlink is refused or the sysfs"
+           " root is not /sys.",
+           choices=("auto", "netlink", "sysfs")),
+)

@@ -15,12 +15,11 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from ...config import Option
 from ...errors import RezolusError, SamplerUnavailable
 from ...metrics.family import Family
 from ...procfs import KeptOpen
 from ..base import FamilySampler
-from . import NETWORK
+from . import NETWORK, OPTIONS
 
 # --- rtnetlink wire format (linux/netlink.h, linux/rtnetlink.h, linux/if_link.h) -------
 
@@ -425,29 +424,15 @@ class NetworkInterfaces(FamilySampler):
 
     name = "network"
     families = (NETWORK,)
-    options = (
-        Option("interfaces", "strings", [],
-               "Interfaces to report, as shell globs (case-sensitive), e.g. [\"eth*\","
-               " \"en*\"]; empty reports every interface."),
-        Option("exclude", "strings", [],
-               "Interfaces not to report (globs), applied after `interfaces`, e.g."
-               " [\"lo\", \"veth*\"]. Empty by default, so loopback is reported too."),
-        Option("source", "choice", "auto",
-               "Where the counters come from: \"netlink\" (an rtnetlink RTM_GETSTATS dump"
-               " per sample, 64-bit counters), \"sysfs\" (/sys/class/net/*/statistics, kept"
-               " open) or \"auto\": netlink, else sysfs where netlink is refused or the sysfs"
-               " root is not /sys.",
-               choices=("auto", "netlink", "sysfs")),
-    )
+    options = OPTIONS
 
     def start(self) -> None:
-        opts = self.ctx.options
         self._keep = interface_filter(
-            tuple(opts.get("interfaces", ())),  # type: ignore[call-overload]
-            tuple(opts.get("exclude", ())))  # type: ignore[call-overload]
+            self.strings_option("interfaces"),
+            self.strings_option("exclude"))
         self._rtnl: RtnlLinks | None = None
         self._sysfs: SysfsLinks | None = None
-        source = str(opts.get("source", "auto"))
+        source = self.str_option("source")
         if source == "auto" and self.ctx.roots.sysfs != _REAL_SYSFS:
             source = "sysfs"  # a fixture tree: netlink would describe the running kernel
         refused = ""

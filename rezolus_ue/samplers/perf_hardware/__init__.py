@@ -17,9 +17,10 @@ Events: ``rezolus_perf_hardware`` (+ ``_dist``).
 
 from __future__ import annotations
 
+from ...config import Option
 from ...metrics.family import Family, counter, gauge
 from ...metrics.labels import CPU
-from ..perf_software import PERF_DIST
+from ..perf_software import OVERSAMPLE, PERF_DIST
 
 PERF_HARDWARE = Family(
     "rezolus_perf_hardware", "perf_hardware",
@@ -37,3 +38,12 @@ PERF_HARDWARE = Family(
 
 #: This sampler's families, in documentation order.
 FAMILIES: tuple[Family, ...] = (PERF_HARDWARE,)
+
+#: This sampler's options (beyond the common ones): key, type, default, help.
+OPTIONS: tuple[Option, ...] = (
+    OVERSAMPLE,
+    Option("group", "bool", True,
+           "Schedule each CPU's three counters onto the PMU as one perf group, so"
+           " ipc_milli divides cycles and instructions counted over the same time. Turn"
+           " off on a PMU with too few counters to hold all three at once."),
+)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ...config import Option
 from ...errors import KernelFeatureMissing, PermissionDenied, RezolusError, SamplerUnavailable
 from ...metrics.family import Family
 from ...perf_event import (
@@ -15,7 +14,6 @@ from ...perf_event import (
 from ..perf_counters import (
     _HW_READ_FORMAT,
     HARDWARE_COUNTERS,
-    OVERSAMPLE,
     PerCpuCounters,
     _unavailable,
     ipc_milli,
@@ -23,7 +21,7 @@ from ..perf_counters import (
     open_hardware,
     scaled_delta,
 )
-from . import PERF_HARDWARE
+from . import OPTIONS, PERF_HARDWARE
 
 
 class PerfHardware(PerCpuCounters):
@@ -31,13 +29,7 @@ class PerfHardware(PerCpuCounters):
 
     name = "perf_hardware"
     families = (PERF_HARDWARE,)
-    options = (
-        OVERSAMPLE,
-        Option("group", "bool", True,
-               "Schedule each CPU's three counters onto the PMU as one perf group, so"
-               " ipc_milli divides cycles and instructions counted over the same time. Turn"
-               " off on a PMU with too few counters to hold all three at once."),
-    )
+    options = OPTIONS
 
     def start(self) -> None:
         self._events = []
@@ -45,7 +37,7 @@ class PerfHardware(PerCpuCounters):
             cpus = online_cpus(str(self.ctx.roots.sysfs))
         except RezolusError as e:
             raise SamplerUnavailable(self.name, str(e)) from None
-        group = bool(self.ctx.options.get("group", True))
+        group = self.bool_option("group")
         try:
             for cpu in cpus:
                 try:

@@ -12,13 +12,12 @@ from ...perf_event import (
     online_cpus,
 )
 from ..perf_counters import (
-    OVERSAMPLE,
     SOFTWARE_COUNTERS,
     PerCpuCounters,
     _unavailable,
     open_group,
 )
-from . import PERF_SOFTWARE
+from . import OPTIONS, PERF_SOFTWARE
 
 
 class PerfSoftware(PerCpuCounters):
@@ -26,7 +25,7 @@ class PerfSoftware(PerCpuCounters):
 
     name = "perf_software"
     families = (PERF_SOFTWARE,)
-    options = (OVERSAMPLE,)
+    options = OPTIONS
 
     def start(self) -> None:
         self._events = []

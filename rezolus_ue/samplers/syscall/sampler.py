@@ -10,12 +10,11 @@ import numpy as np
 from ...bpf.build import BUILD_COMMAND
 from ...bpf.libbpf import Object
 from ...bpf.loader import BpfObject
-from ...config import Option
 from ...errors import SamplerUnavailable
 from ...metrics import h2
 from ...metrics.family import histogram_records
 from ..bpf_sampler import BPF_OPTIONS, BpfSampler
-from . import SYSCALL, SYSCALL_LATENCY, table
+from . import OPTIONS, SYSCALL, SYSCALL_LATENCY, table
 
 #: struct syscall_counts (bpf/syscall.h): calls by family, one per CPU.
 COUNTS_DTYPE = np.dtype({
@@ -38,17 +37,7 @@ class Syscall(BpfSampler):
     bpf_object = "syscall"
     per_cpu_maps = ("counts",)
     keep_maps = ("counts", "latency")
-    options = (
-        *BPF_OPTIONS,
-        Option("latency_sample", "int", 1,
-               "Time 1 syscall in this many, chosen at random, for the latency histograms;"
-               " every syscall is counted whatever this is. 1 times every call (each timed"
-               " call costs two clock reads, ~70-130 ns on small VMs: several % of a"
-               " syscall-bound workload); 16 cuts that cost ~16-fold, and the histograms"
-               " then hold a random sample of the calls (their percentiles estimate the"
-               " same distribution; their count is the sample's).",
-               min_ns=1, max_ns=65536),
-    )
+    options = (*BPF_OPTIONS, *OPTIONS)
 
     def start(self) -> None:
         machine = platform.machine()
@@ -57,7 +46,7 @@ class Syscall(BpfSampler):
             raise SamplerUnavailable(self.name, f"no syscall table for {machine}"
                                      " (x86_64 and arm64 have one)")
         self._table = table.lookup_table(arch).tobytes()
-        self.latency_sample = int(self.ctx.options.get("latency_sample", 1))  # type: ignore[call-overload]
+        self.latency_sample = self.int_option("latency_sample")
         super().start()
 
     def configure(self, obj: Object) -> None:

@@ -50,7 +50,7 @@ class TcpTraffic(BpfSampler):
     keep_maps = ("counters",)
 
     def start(self) -> None:
-        why = missing_hooks(Features(), str(self.ctx.options.get("attach", "auto")))
+        why = missing_hooks(Features(), self.str_option("attach"))
         if why is not None:
             raise SamplerUnavailable(self.name, why)
         try:
