@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Structs shared by cgroup_scheduler.bpf.c and rezolus_ue/samplers/cgroup_scheduler.py
+ * Structs shared by cgroup_scheduler.bpf.c and rezolus_ue/samplers/cgroup_scheduler/
  * (mirrored there once as a NumPy dtype; tests/test_bpf_structs.py checks it against the
  * compiled object's BTF).
  */

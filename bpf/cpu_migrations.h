@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Structs shared by cpu_migrations.bpf.c and rezolus_ue/samplers/cpu/migrations.py
+ * Structs shared by cpu_migrations.bpf.c and rezolus_ue/samplers/cpu_migrations/
  * (mirrored there once as a NumPy dtype; tests/test_bpf_structs.py checks it against the
  * compiled object's BTF).
  */

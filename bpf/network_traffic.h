@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Structs shared by network_traffic.bpf.c and rezolus_ue/samplers/network_traffic.py
+ * Structs shared by network_traffic.bpf.c and rezolus_ue/samplers/network_traffic/
  * (mirrored there once as NumPy dtypes; tests/test_bpf_structs.py checks them against the
  * compiled object's BTF).
  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Structs shared by tcp.bpf.c and rezolus_ue/samplers/tcp.py (mirrored there once as a
+ * Structs shared by tcp.bpf.c and rezolus_ue/samplers/tcp/ (mirrored there once as a
  * NumPy dtype; tests/test_bpf_structs.py checks it against the compiled object's BTF).
  */
 #ifndef REZOLUS_UE_TCP_H

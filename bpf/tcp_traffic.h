@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Structs shared by tcp_traffic.bpf.c and rezolus_ue/samplers/tcp_traffic.py (mirrored
+ * Structs shared by tcp_traffic.bpf.c and rezolus_ue/samplers/tcp_traffic/ (mirrored
  * there once as a NumPy dtype; tests/test_bpf_structs.py checks it against the compiled
  * object's BTF).
  */

@@ -29,7 +29,7 @@ NET_RX = SOFTIRQ_KINDS.index("net_rx")
 
 @pytest.fixture(scope="module", autouse=True)
 def built() -> None:
-    require_bpf_object("softirq_time")
+    require_bpf_object("cpu_softirq_time")
 
 
 def loopback_traffic(nbytes: int = 32 << 20) -> None:

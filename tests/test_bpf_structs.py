@@ -34,7 +34,7 @@ from rezolus_ue.samplers.tcp_traffic import sampler as tcp_traffic
 SHARED = [
     *(("scheduler_runqueue", name, dtype) for name, dtype in runqueue.SHARED_STRUCTS.items()),
     *(("syscall", name, dtype) for name, dtype in syscall.SHARED_STRUCTS.items()),
-    *(("softirq_time", n, d) for n, d in softirq_time.SHARED_STRUCTS.items()),
+    *(("cpu_softirq_time", n, d) for n, d in softirq_time.SHARED_STRUCTS.items()),
     *(("cpu_migrations", n, d) for n, d in migrations.SHARED_STRUCTS.items()),
     *(("cgroup_scheduler", n, d) for n, d in cgroup_scheduler.SHARED_STRUCTS.items()),
     *(("network_traffic", n, d) for n, d in network_traffic.SHARED_STRUCTS.items()),

@@ -120,15 +120,15 @@ LOADER = Loader()
 
 
 class BpfSampler(Sampler):
-    """A sampler whose data comes from one BPF object (``bpf/<bpf_object>.bpf.c``).
+    """A sampler whose data comes from one BPF object, named after it: ``bpf/<name>.bpf.c``
+    (its structs shared with Python in ``bpf/<name>.h``).
 
-    Subclasses set ``bpf_object``, ``keep_maps`` (every map read by user space, plus
+    Subclasses set ``keep_maps`` (every map read by user space, plus
     ``.bss`` for globals user space writes) and implement ``setup`` (take views of the
     maps) and ``publish``. ``histograms`` lists (family, map) pairs published by
     ``publish_histograms``.
     """
 
-    bpf_object: ClassVar[str]
     #: Queued in, or being activated by, LOADER.
     _pending = False
     _error: BaseException | None = None
@@ -156,7 +156,7 @@ class BpfSampler(Sampler):
         return self.str_option("collect")
 
     def start(self) -> None:
-        bpf = BpfObject(self.bpf_object, prefer=self.str_option("attach"),
+        bpf = BpfObject(self.name, prefer=self.str_option("attach"),
                         per_cpu_maps=self.per_cpu_maps, keep_maps=self.keep_maps,
                         before_load=self.configure)
         bpf.load(programs=self.collect == "always")

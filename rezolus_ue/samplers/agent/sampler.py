@@ -7,7 +7,7 @@ import os
 from ...metrics.family import sparse_histogram_records
 from ...procfs import KeptOpen
 from ..base import Sampler
-from . import AGENT, AGENT_SAMPLER, AGENT_STATUS, STATUS_CODES, STATUS_TEXT_MAX
+from . import AGENT, AGENT_SAMPLER, AGENT_STATUS, FAMILIES, STATUS_CODES, STATUS_TEXT_MAX
 
 
 def fds_by_size(fd_dir: str) -> bool:
@@ -36,7 +36,7 @@ class AgentSelf(Sampler):
     """The agent's CPU time, RSS, fds, records written, EBADF races and sampler costs."""
 
     name = "agent"
-    families = (AGENT, AGENT_SAMPLER, AGENT_STATUS)
+    families = FAMILIES
     oversample = False
 
     def start(self) -> None:

@@ -9,7 +9,7 @@ from ...errors import RezolusError, SamplerUnavailable
 from ...metrics.family import Family
 from ...procfs import KeptOpen
 from ..base import FamilySampler, Unchanged
-from . import BLOCKIO, OPTIONS
+from . import BLOCKIO, FAMILIES, OPTIONS
 
 SECTOR_BYTES = 512
 MS_NS = 1_000_000
@@ -108,7 +108,7 @@ class BlockIO(FamilySampler):
     """Per block device reads, writes, discards, flushes, bytes, time, busy time, in flight."""
 
     name = "blockio"
-    families = (BLOCKIO,)
+    families = FAMILIES
     options = OPTIONS
 
     def start(self) -> None:

@@ -14,6 +14,7 @@ from . import (
     BLOCKIO_OPS,
     BLOCKIO_REQUESTS,
     BLOCKIO_SIZE,
+    FAMILIES,
 )
 
 NOPS, NERRORS = len(BLOCKIO_OPS), len(BLOCKIO_ERROR_KINDS)
@@ -46,8 +47,7 @@ class BlockioRequests(BpfSampler):
     """Block IO request latency and size histograms, requests, bytes, errors by op (BPF)."""
 
     name = "blockio_requests"
-    families = (BLOCKIO_LATENCY, BLOCKIO_SIZE, BLOCKIO_REQUESTS)
-    bpf_object = "blockio_requests"
+    families = FAMILIES
     per_cpu_maps = ("counters",)
     #: Each map holds one H2 row per operation (BLOCKIO_OPS x H2 buckets).
     histograms = ((BLOCKIO_LATENCY, "latency"), (BLOCKIO_SIZE, "size"))

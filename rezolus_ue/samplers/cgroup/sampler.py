@@ -15,7 +15,7 @@ from ...errors import RezolusError, SamplerUnavailable
 from ...metrics.family import Family
 from ...procfs import KeptOpen
 from ..base import FamilySampler
-from . import CGROUP_FAMILY, OPTIONS
+from . import CGROUP_FAMILY, FAMILIES, OPTIONS
 
 #: Longest published label, in bytes (the event field holds 256 with the NUL).
 LABEL_MAX = 255
@@ -175,7 +175,7 @@ class Cgroups(FamilySampler):
     """Per cgroup v2 CPU time, throttling, memory and IO, for at most max_cgroups groups."""
 
     name = "cgroup"
-    families = (CGROUP_FAMILY,)
+    families = FAMILIES
     oversample = False
     options = OPTIONS
 

@@ -27,7 +27,7 @@ from ..cgroup.sampler import (
     truncate_label,
     walk,
 )
-from . import CGROUP_RUNQUEUE_LATENCY, CGROUP_SCHEDULER, OPTIONS
+from . import CGROUP_RUNQUEUE_LATENCY, CGROUP_SCHEDULER, FAMILIES, OPTIONS
 
 #: struct cgroup_sched_counters (bpf/cgroup_scheduler.h): one cache line per slot.
 COUNTERS_DTYPE = np.dtype({
@@ -97,8 +97,7 @@ class CgroupScheduler(BpfSampler):
     """Per-cgroup CPU time, run-queue latency and switches, for at most max_cgroups (BPF)."""
 
     name = "cgroup_scheduler"
-    families = (CGROUP_SCHEDULER, CGROUP_RUNQUEUE_LATENCY)
-    bpf_object = "cgroup_scheduler"
+    families = FAMILIES
     keep_maps = ("counters", "runqlat", "cgroup_slots", ".bss")
     options = (*BPF_OPTIONS, *OPTIONS)
 

@@ -12,7 +12,7 @@ from ...errors import RezolusError, SamplerUnavailable
 from ...metrics.family import Family
 from ...procfs import KeptOpen
 from ..base import FamilySampler
-from . import CPU_FREQUENCY
+from . import CPU_FREQUENCY, FAMILIES
 
 #: How often CPUs without a cpufreq file are looked for again.
 RESCAN_NS = 1_000_000_000
@@ -56,7 +56,7 @@ class CpuFrequency(FamilySampler):
     """Current frequency per CPU (cpufreq, else /proc/cpuinfo)."""
 
     name = "cpu_frequency"
-    families = (CPU_FREQUENCY,)
+    families = FAMILIES
 
     def start(self) -> None:
         self._files: dict[int, KeptOpen] = {}

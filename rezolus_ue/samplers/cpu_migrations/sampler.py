@@ -6,7 +6,7 @@ import numpy as np
 
 from ...bpf.loader import BpfObject
 from ..bpf_sampler import BpfSampler
-from . import CPU_MIGRATIONS
+from . import CPU_MIGRATIONS, FAMILIES
 
 #: struct cpu_migrations (bpf/cpu_migrations.h): one cache line per CPU.
 MIGRATIONS_DTYPE = np.dtype({
@@ -23,8 +23,7 @@ class CpuMigrations(BpfSampler):
     """Tasks migrated away from and onto each CPU (BPF on sched_migrate_task)."""
 
     name = "cpu_migrations"
-    families = (CPU_MIGRATIONS,)
-    bpf_object = "cpu_migrations"
+    families = FAMILIES
     per_cpu_maps = ("migrations",)
     keep_maps = ("migrations",)
 

@@ -8,7 +8,7 @@ from ...errors import SamplerUnavailable
 from ...metrics.family import Family
 from ...procfs import KeptOpen
 from ..base import FamilySampler
-from . import CPU_SOFTIRQ, SOFTIRQ_KINDS
+from . import CPU_SOFTIRQ, FAMILIES, SOFTIRQ_KINDS
 
 #: /proc/softirqs row name -> column of SOFTIRQ_KINDS.
 _KIND_INDEX = {k.upper(): i for i, k in enumerate(SOFTIRQ_KINDS)}
@@ -117,7 +117,7 @@ class CpuSoftirq(FamilySampler):
     """Softirqs handled per CPU by kind (timer, net_rx, sched, rcu, ...)."""
 
     name = "cpu_softirq"
-    families = (CPU_SOFTIRQ,)
+    families = FAMILIES
 
     def start(self) -> None:
         try:

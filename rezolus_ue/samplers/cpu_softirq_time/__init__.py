@@ -1,7 +1,7 @@
 """Time spent in softirq handlers per CPU and kind, and handler durations per kind,
 measured by BPF (Rezolus's softirq_time). The procfs ``cpu_softirq`` sampler counts them.
 
-BPF: ``bpf/softirq_time.bpf.c`` (shared struct: ``bpf/softirq_time.h``). Hooks:
+BPF: ``bpf/cpu_softirq_time.bpf.c`` (shared struct: ``bpf/cpu_softirq_time.h``). Hooks:
 ``irq:softirq_entry`` and ``irq:softirq_exit``, as tp_btf, raw_tp or classic tracepoint
 (the best the kernel supports; option ``attach`` forces one). The time between a CPU's
 entry and exit of one vector is added to that CPU's counter for the kind (kinds are the

@@ -8,11 +8,11 @@ from ...bpf.loader import BpfObject
 from ...metrics import h2
 from ...metrics.family import histogram_records
 from ..bpf_sampler import BpfSampler
-from . import SOFTIRQ_DURATION, SOFTIRQ_KINDS, SOFTIRQ_TIME
+from . import FAMILIES, SOFTIRQ_DURATION, SOFTIRQ_KINDS, SOFTIRQ_TIME
 
 _KINDS = len(SOFTIRQ_KINDS)
 
-#: struct softirq_time (bpf/softirq_time.h): 128 bytes per CPU.
+#: struct softirq_time (bpf/cpu_softirq_time.h): 128 bytes per CPU.
 TIMES_DTYPE = np.dtype({
     "names": ["time_ns", "entered_ns", "entered_vec"],
     "formats": [("=u8", (_KINDS,)), "=u8", "=u4"],
@@ -27,8 +27,7 @@ class CpuSoftirqTime(BpfSampler):
     """Softirq handler time per CPU and kind, and run-time histograms per kind (BPF)."""
 
     name = "cpu_softirq_time"
-    families = (SOFTIRQ_TIME, SOFTIRQ_DURATION)
-    bpf_object = "softirq_time"
+    families = FAMILIES
     per_cpu_maps = ("times",)
     keep_maps = ("times", "durations", ".bss")
 

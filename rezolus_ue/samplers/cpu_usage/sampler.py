@@ -10,7 +10,7 @@ from ...metrics.family import Family
 from ...perf_event import parse_cpu_list
 from ...procfs import KeptOpen, shared
 from ..base import FamilySampler
-from . import CPU_CORES, CPU_USAGE
+from . import CPU_CORES, CPU_USAGE, FAMILIES
 
 #: Columns of a cpuN line we publish, in catalog order.
 _COLUMNS = 8
@@ -59,7 +59,7 @@ class CpuUsage(FamilySampler):
     """Per-CPU user/nice/system/idle/iowait/irq/softirq/steal time, busy %, online CPUs."""
 
     name = "cpu_usage"
-    families = (CPU_USAGE, CPU_CORES)
+    families = FAMILIES
 
     def start(self) -> None:
         # Shared with the scheduler sampler: one read of /proc/stat per agent tick.

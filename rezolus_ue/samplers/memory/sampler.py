@@ -12,7 +12,7 @@ from ...errors import RezolusError, SamplerUnavailable
 from ...metrics.family import Family
 from ...procfs import KeptOpen, picker
 from ..base import FamilySampler, Unchanged
-from . import MEMORY, MEMORY_PRESSURE, MEMORY_VMSTAT
+from . import FAMILIES, MEMORY, MEMORY_PRESSURE, MEMORY_VMSTAT
 
 #: /proc/meminfo keys in MEMORY's scalar order.
 MEMINFO_KEYS = (b"MemTotal", b"MemFree", b"MemAvailable", b"Buffers", b"Cached", b"Dirty",
@@ -258,7 +258,7 @@ class Memory(FamilySampler):
     """Memory use (meminfo), paging and NUMA counters (vmstat), pressure stalls (PSI)."""
 
     name = "memory"
-    families = (MEMORY, MEMORY_VMSTAT, MEMORY_PRESSURE)
+    families = FAMILIES
 
     def start(self) -> None:
         procfs = self.ctx.roots.procfs

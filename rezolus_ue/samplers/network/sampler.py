@@ -19,7 +19,7 @@ from ...errors import RezolusError, SamplerUnavailable
 from ...metrics.family import Family
 from ...procfs import KeptOpen
 from ..base import FamilySampler
-from . import NETWORK, OPTIONS
+from . import FAMILIES, NETWORK, OPTIONS
 
 # --- rtnetlink wire format (linux/netlink.h, linux/rtnetlink.h, linux/if_link.h) -------
 
@@ -423,7 +423,7 @@ class NetworkInterfaces(FamilySampler):
     """Per network interface bytes, packets, errors and drops, received and transmitted."""
 
     name = "network"
-    families = (NETWORK,)
+    families = FAMILIES
     options = OPTIONS
 
     def start(self) -> None:

@@ -11,7 +11,7 @@ from ...errors import RezolusError, SamplerUnavailable
 from ...metrics.family import Family
 from ...procfs import KeptOpen, picker
 from ..base import FamilySampler, Unchanged
-from . import TCP, UDP
+from . import FAMILIES, TCP, UDP
 
 #: Where each metric comes from: (file under /proc/net, table prefix, column name).
 SOURCES: dict[str, tuple[str, str, str]] = {
@@ -175,7 +175,7 @@ class NetworkProtocol(FamilySampler):
     """TCP and UDP protocol counters: opens, segments, retransmits, resets, drops, errors."""
 
     name = "network_protocol"
-    families = (TCP, UDP)
+    families = FAMILIES
 
     def start(self) -> None:
         net = self.ctx.roots.procfs / "net"

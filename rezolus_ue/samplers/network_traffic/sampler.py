@@ -10,7 +10,7 @@ from tracefs_tools import Tracefs, TracefsError, find_tracefs
 
 from ...bpf.loader import BpfObject
 from ..bpf_sampler import BpfSampler
-from . import NETWORK_DROPS, NETWORK_TRAFFIC
+from . import FAMILIES, NETWORK_DROPS, NETWORK_TRAFFIC
 
 #: NETWORK_DROP_REASONS (bpf/network_traffic.h): reason slots per CPU.
 DROP_REASONS = 256
@@ -62,8 +62,7 @@ class NetworkTraffic(BpfSampler):
     """Network rx/tx bytes and packets, and drops by reason, of all interfaces (BPF)."""
 
     name = "network_traffic"
-    families = (NETWORK_TRAFFIC, NETWORK_DROPS)
-    bpf_object = "network_traffic"
+    families = FAMILIES
     per_cpu_maps = ("traffic", "drops")
     keep_maps = ("traffic", "drops")
 

@@ -21,14 +21,14 @@ from ..perf_counters import (
     open_hardware,
     scaled_delta,
 )
-from . import OPTIONS, PERF_HARDWARE
+from . import FAMILIES, OPTIONS, PERF_HARDWARE
 
 
 class PerfHardware(PerCpuCounters):
     """Per-CPU cycles, instructions, branch misses and IPC (hardware counters; needs a PMU)."""
 
     name = "perf_hardware"
-    families = (PERF_HARDWARE,)
+    families = FAMILIES
     options = OPTIONS
 
     def start(self) -> None:

@@ -17,14 +17,14 @@ from ..perf_counters import (
     _unavailable,
     open_group,
 )
-from . import OPTIONS, PERF_SOFTWARE
+from . import FAMILIES, OPTIONS, PERF_SOFTWARE
 
 
 class PerfSoftware(PerCpuCounters):
     """Per-CPU context switches, CPU migrations and page faults (perf software counters)."""
 
     name = "perf_software"
-    families = (PERF_SOFTWARE,)
+    families = FAMILIES
     options = OPTIONS
 
     def start(self) -> None:

@@ -8,7 +8,7 @@ from ...errors import RezolusError, SamplerUnavailable
 from ...metrics.family import Family
 from ...procfs import KeptOpen, shared
 from ..base import FamilySampler
-from . import SCHEDULER, SCHEDULER_CPU
+from . import FAMILIES, SCHEDULER, SCHEDULER_CPU
 
 #: /proc/stat lines, in SCHEDULER's scalar order.
 _STAT_NEEDLES = (b"\nctxt ", b"\nprocesses ", b"\nprocs_running ", b"\nprocs_blocked ")
@@ -68,7 +68,7 @@ class Scheduler(FamilySampler):
     """Context switches, forks, runnable/blocked tasks; per-CPU run and wait time."""
 
     name = "scheduler"
-    families = (SCHEDULER, SCHEDULER_CPU)
+    families = FAMILIES
 
     def start(self) -> None:
         procfs = self.ctx.roots.procfs

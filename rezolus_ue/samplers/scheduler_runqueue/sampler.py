@@ -7,6 +7,7 @@ import numpy as np
 from ...bpf.loader import BpfObject
 from ..bpf_sampler import BpfSampler
 from . import (
+    FAMILIES,
     SCHEDULER_OFFCPU,
     SCHEDULER_RUNNING,
     SCHEDULER_RUNQUEUE_LATENCY,
@@ -28,9 +29,7 @@ class SchedulerRunqueue(BpfSampler):
     """Run-queue latency, running and off-CPU time histograms, switches per CPU (BPF)."""
 
     name = "scheduler_runqueue"
-    families = (SCHEDULER_RUNQUEUE_LATENCY, SCHEDULER_RUNNING, SCHEDULER_OFFCPU,
-                SCHEDULER_SWITCHES)
-    bpf_object = "scheduler_runqueue"
+    families = FAMILIES
     per_cpu_maps = ("switches",)
     histograms = (
         (SCHEDULER_RUNQUEUE_LATENCY, "runqlat"),

@@ -14,7 +14,7 @@ from ...errors import SamplerUnavailable
 from ...metrics import h2
 from ...metrics.family import histogram_records
 from ..bpf_sampler import BPF_OPTIONS, BpfSampler
-from . import OPTIONS, SYSCALL, SYSCALL_LATENCY, table
+from . import FAMILIES, OPTIONS, SYSCALL, SYSCALL_LATENCY, table
 
 #: struct syscall_counts (bpf/syscall.h): calls by family, one per CPU.
 COUNTS_DTYPE = np.dtype({
@@ -33,8 +33,7 @@ class Syscall(BpfSampler):
     """Syscall counts and latency histograms by family (BPF on raw_syscalls)."""
 
     name = "syscall"
-    families = (SYSCALL, SYSCALL_LATENCY)
-    bpf_object = "syscall"
+    families = FAMILIES
     per_cpu_maps = ("counts",)
     keep_maps = ("counts", "latency")
     options = (*BPF_OPTIONS, *OPTIONS)

@@ -7,6 +7,7 @@ import numpy as np
 from ...bpf.loader import BpfObject
 from ..bpf_sampler import BpfSampler
 from . import (
+    FAMILIES,
     TCP_CONNECT_LATENCY,
     TCP_JITTER,
     TCP_PACKET_LATENCY,
@@ -29,9 +30,7 @@ class Tcp(BpfSampler):
     """TCP packet latency, srtt, jitter, connect latency and retransmits (BPF tracepoints)."""
 
     name = "tcp"
-    families = (TCP_PACKET_LATENCY, TCP_SRTT, TCP_JITTER, TCP_CONNECT_LATENCY,
-                TCP_RETRANSMIT)
-    bpf_object = "tcp"
+    families = FAMILIES
     per_cpu_maps = ("counters",)
     histograms = (
         (TCP_PACKET_LATENCY, "pktlat"),

@@ -7,7 +7,7 @@ import numpy as np
 from ...bpf.loader import BpfObject, Features
 from ...errors import KernelFeatureMissing, SamplerUnavailable
 from ..bpf_sampler import BpfSampler
-from . import TCP_TRAFFIC
+from . import FAMILIES, TCP_TRAFFIC
 
 #: struct tcp_traffic_counters (bpf/tcp_traffic.h): one cache line per CPU.
 COUNTERS_DTYPE = np.dtype({
@@ -44,8 +44,7 @@ class TcpTraffic(BpfSampler):
     """TCP bytes and calls by direction (BPF on tcp_sendmsg, tcp_cleanup_rbuf)."""
 
     name = "tcp_traffic"
-    families = (TCP_TRAFFIC,)
-    bpf_object = "tcp_traffic"
+    families = FAMILIES
     per_cpu_maps = ("counters",)
     keep_maps = ("counters",)
 

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Structs shared by softirq_time.bpf.c and rezolus_ue/samplers/cpu/softirq_time.py
+ * Structs shared by cpu_softirq_time.bpf.c and rezolus_ue/samplers/cpu_softirq_time/
  * (mirrored there once as a NumPy dtype; tests/test_bpf_structs.py checks it against the
  * compiled object's BTF).
  */
-#ifndef REZOLUS_UE_SOFTIRQ_TIME_H
-#define REZOLUS_UE_SOFTIRQ_TIME_H
+#ifndef REZOLUS_UE_CPU_SOFTIRQ_TIME_H
+#define REZOLUS_UE_CPU_SOFTIRQ_TIME_H
 
 /* Softirq vectors, HI_SOFTIRQ (0) to RCU_SOFTIRQ (9): NR_SOFTIRQS since Linux 3.x. */
 #define SOFTIRQ_KINDS 10
@@ -23,4 +23,4 @@ struct softirq_time {
 	__u64 __pad[4];
 };
 
-#endif /* REZOLUS_UE_SOFTIRQ_TIME_H */
+#endif /* REZOLUS_UE_CPU_SOFTIRQ_TIME_H */

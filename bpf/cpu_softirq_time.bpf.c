@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * softirq_time: time spent in softirq handlers per CPU and kind, and a histogram of
+ * cpu_softirq_time: time spent in softirq handlers per CPU and kind, and a histogram of
  * handler durations per kind (Rezolus's softirq_time). User space:
- * rezolus_ue/samplers/cpu/softirq_time.py.
+ * rezolus_ue/samplers/cpu_softirq_time/.
  *
  * Hooks, each in three variants of which user space loads one: tp_btf (sirq_btf_*) >
  * raw_tp (sirq_raw_*) > tracepoint (sirq_tp_*):
@@ -23,7 +23,7 @@
 
 #include "h2.bpf.h"
 #include "maps.bpf.h"
-#include "softirq_time.h"
+#include "cpu_softirq_time.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
