@@ -14,11 +14,14 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from rezolus_ue import config
 from rezolus_ue.encoding import EventSchema
 from rezolus_ue.samplers.base import Roots, Sampler, SamplerContext
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: ``REZOLUS_UE_UPDATE_GOLDEN=1`` rewrites the golden files from what the code gives now.
 UPDATE_GOLDEN = os.environ.get("REZOLUS_UE_UPDATE_GOLDEN") == "1"
@@ -163,6 +166,25 @@ def require_bpf_object(name: str) -> None:
         build.build([name])
     except RezolusError as e:
         pytest.skip(f"cannot build {name}.bpf.c: {e}")
+
+
+def bpf_struct(name: str, struct: str) -> np.dtype:
+    """Return the dtype the samplers derive for ``struct`` of bpf/<name>.bpf.c (its BTF),
+    building the object if needed; skip the test where it cannot be built."""
+    import pytest
+
+    from rezolus_ue.bpf import build
+    from rezolus_ue.bpf.libbpf import BTF_KIND_STRUCT, Btf
+    from rezolus_ue.errors import RezolusError
+
+    try:
+        (obj,) = build.build([name])
+    except RezolusError as e:
+        pytest.skip(f"cannot build {name}.bpf.c: {e}")
+    with Btf.parse(obj) as btf:
+        tid = btf.find(struct, BTF_KIND_STRUCT)
+        assert tid is not None, f"no struct {struct} in {obj.name}"
+        return btf.dtype(tid)
 
 
 def unit(path: Path) -> dict[str, list[str]]:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import FakeHandle, decoded, require_bpf_object, start_sampler
+from helpers import FakeHandle, bpf_struct, decoded, require_bpf_object, start_sampler
 
 from rezolus_ue.encoding import EventSchema
 from rezolus_ue.metrics import h2
@@ -33,7 +33,6 @@ from rezolus_ue.samplers.blockio_requests import (
     BLOCKIO_SIZE,
 )
 from rezolus_ue.samplers.blockio_requests.sampler import (
-    COUNTERS_DTYPE,
     BlockioRequests,
     counter_records,
 )
@@ -48,7 +47,7 @@ BLKDISCARD = 0x1277
 # --- pure -------------------------------------------------------------------------------
 
 def test_counter_records_sum_cpus_and_skip_unseen_ops() -> None:
-    c = np.zeros(3, dtype=COUNTERS_DTYPE)
+    c = np.zeros(3, dtype=bpf_struct("blockio_requests", "blockio_requests_cpu"))
     c["ops"][0, 0], c["ops"][2, 0] = 5, 7  # reads on CPUs 0 and 2
     c["bytes"][1, 0] = 4096 * 12
     c["errors"][1, 1, BLOCKIO_ERROR_KINDS.index("timeout")] = 1  # a write timed out

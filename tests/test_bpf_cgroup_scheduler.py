@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import decoded, require_bpf_object, start_sampler
+from helpers import bpf_struct, decoded, require_bpf_object, start_sampler
 from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
 
 from rezolus_ue.errors import RezolusError
@@ -26,7 +26,6 @@ from rezolus_ue.metrics import h2
 from rezolus_ue.samplers.cgroup.sampler import parse_cpu_stat
 from rezolus_ue.samplers.cgroup_scheduler import CGROUP_RUNQUEUE_LATENCY, CGROUP_SCHEDULER
 from rezolus_ue.samplers.cgroup_scheduler.sampler import (
-    COUNTERS_DTYPE,
     OTHER_LABEL,
     CgroupScheduler,
     cgroup2_root,
@@ -160,7 +159,7 @@ def test_groups_beyond_max_cgroups_count_in_other(root: Path) -> None:
             s.deactivate()
         finally:
             s.close()
-    cpu = COUNTERS_DTYPE.names.index("cpu_ns")  # type: ignore[union-attr]
+    cpu = bpf_struct("cgroup_scheduler", "cgroup_sched_counters").names.index("cpu_ns")  # type: ignore[union-attr]
     assert grew[1, cpu] >= 0.15e9  # a's time, in a's slot
     assert grew[0, cpu] >= 0.3e9  # b's time (and the rest of the system's), in other
     recs = {r["cgroup"]: r for r in decoded(CGROUP_SCHEDULER.schema, handles)}

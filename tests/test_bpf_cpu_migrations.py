@@ -11,12 +11,12 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from helpers import decoded, require_bpf_object, start_sampler
+from helpers import bpf_struct, decoded, require_bpf_object, start_sampler
 from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
 
 from rezolus_ue.bpf.libbpf import num_possible_cpus
 from rezolus_ue.samplers.cpu_migrations import CPU_MIGRATIONS
-from rezolus_ue.samplers.cpu_migrations.sampler import MIGRATIONS_DTYPE, CpuMigrations
+from rezolus_ue.samplers.cpu_migrations.sampler import CpuMigrations
 
 pytestmark = pytest.mark.host
 
@@ -100,10 +100,11 @@ def test_silent_without_consumer() -> None:
 
 
 def test_layout_is_one_cache_line_per_cpu() -> None:
-    assert MIGRATIONS_DTYPE.itemsize == 64
+    migrations_dtype = bpf_struct("cpu_migrations", "cpu_migrations")
+    assert migrations_dtype.itemsize == 64
     s, _handles = start_sampler(CpuMigrations)
     try:
-        assert s._migrations.dtype == MIGRATIONS_DTYPE
+        assert s._migrations.dtype == migrations_dtype
         assert len(s._migrations) == num_possible_cpus()
     finally:
         s.close()

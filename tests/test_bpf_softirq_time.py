@@ -13,14 +13,14 @@ import threading
 import time
 
 import pytest
-from helpers import decoded, require_bpf_object, start_sampler
+from helpers import bpf_struct, decoded, require_bpf_object, start_sampler
 from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
 
 from rezolus_ue.bpf.libbpf import num_possible_cpus
 from rezolus_ue.metrics import h2
 from rezolus_ue.samplers.cpu_softirq import SOFTIRQ_KINDS
 from rezolus_ue.samplers.cpu_softirq_time import SOFTIRQ_DURATION, SOFTIRQ_TIME
-from rezolus_ue.samplers.cpu_softirq_time.sampler import TIMES_DTYPE, CpuSoftirqTime
+from rezolus_ue.samplers.cpu_softirq_time.sampler import CpuSoftirqTime
 
 pytestmark = pytest.mark.host
 
@@ -129,7 +129,7 @@ def test_silent_without_consumer() -> None:
 
 
 def test_per_cpu_layout_is_two_cache_lines() -> None:
-    assert TIMES_DTYPE.itemsize == 128
+    assert bpf_struct("cpu_softirq_time", "softirq_time").itemsize == 128
     s, _handles = start_sampler(CpuSoftirqTime)
     try:
         assert len(s._times) == num_possible_cpus()

@@ -1,14 +1,16 @@
-"""Every struct shared between BPF C and Python matches the compiled object's BTF.
+"""Every struct shared between BPF C and Python is read the same way the C lays it out.
 
-The Python mirrors (NumPy dtypes) are declared once, beside the code that reads the maps;
-here each is compared, field by field (name, offset, size) and in total size, with the
-struct as clang laid it out, read two independent ways: bpftool's JSON dump of the
-object's BTF, and the binding's own BTF reader (which the samplers use at run time).
+Python declares no mirror: the samplers' NumPy dtypes are derived at run time from the
+object's BTF (``Btf.dtype``, through ``BpfObject.array``). Here each struct of a sampler's
+``bpf/<name>.h`` is derived so and compared, field by field (name, offset, size) and in
+total size, with the struct as clang laid it out, read two independent ways: bpftool's
+JSON dump of the object's BTF, and the binding's struct reader.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,30 +21,20 @@ from test_bpf_h2 import H2_TEST_DTYPE
 
 from rezolus_ue.bpf import build
 from rezolus_ue.errors import RezolusError
-from rezolus_ue.samplers.blockio_requests import sampler as blockio_rq
-from rezolus_ue.samplers.cgroup_scheduler import sampler as cgroup_scheduler
-from rezolus_ue.samplers.cpu_migrations import sampler as migrations
-from rezolus_ue.samplers.cpu_softirq_time import sampler as softirq_time
-from rezolus_ue.samplers.network_traffic import sampler as network_traffic
-from rezolus_ue.samplers.scheduler_runqueue import sampler as runqueue
-from rezolus_ue.samplers.syscall import sampler as syscall
-from rezolus_ue.samplers.tcp import sampler as tcp
-from rezolus_ue.samplers.tcp_traffic import sampler as tcp_traffic
 
-#: (object, struct name, Python mirror); padding fields the mirror leaves out are allowed
-#: when their names start with "__".
-SHARED = [
-    *(("scheduler_runqueue", name, dtype) for name, dtype in runqueue.SHARED_STRUCTS.items()),
-    *(("syscall", name, dtype) for name, dtype in syscall.SHARED_STRUCTS.items()),
-    *(("cpu_softirq_time", n, d) for n, d in softirq_time.SHARED_STRUCTS.items()),
-    *(("cpu_migrations", n, d) for n, d in migrations.SHARED_STRUCTS.items()),
-    *(("cgroup_scheduler", n, d) for n, d in cgroup_scheduler.SHARED_STRUCTS.items()),
-    *(("network_traffic", n, d) for n, d in network_traffic.SHARED_STRUCTS.items()),
-    *(("tcp", n, d) for n, d in tcp.SHARED_STRUCTS.items()),
-    *(("tcp_traffic", n, d) for n, d in tcp_traffic.SHARED_STRUCTS.items()),
-    *(("blockio_requests", n, d) for n, d in blockio_rq.SHARED_STRUCTS.items()),
-    ("tests/h2_test", "h2_test_data", H2_TEST_DTYPE),
-]
+#: (object, struct name): every struct declared in a sampler's bpf/<name>.h.
+SHARED = [(h.name.removesuffix(".h"), struct)
+          for h in sorted(build.SOURCE_DIR.glob("*.h"))
+          for struct in re.findall(r"^struct (\w+) \{", h.read_text(), re.M)]
+
+
+def _derived(obj: Path, struct: str) -> np.dtype:
+    from rezolus_ue.bpf.libbpf import BTF_KIND_STRUCT, Btf
+
+    with Btf.parse(obj) as btf:
+        tid = btf.find(struct, BTF_KIND_STRUCT)
+        assert tid is not None, f"no struct {struct} in {obj.name}"
+        return btf.dtype(tid)
 
 
 @pytest.fixture(scope="module")
@@ -95,20 +87,29 @@ def _check(c: tuple[int, dict[str, tuple[int, int]]],
     assert not missing, f"{what}: C members missing from the Python mirror: {missing}"
 
 
-@pytest.mark.parametrize(("obj", "struct", "dtype"), SHARED, ids=[s[1] for s in SHARED])
-def test_mirror_matches_btf_by_bpftool(objects: dict[str, Path], obj: str, struct: str,
-                                       dtype: np.dtype) -> None:
-    _check(_bpftool_layout(objects[obj], struct), _python_layout(dtype), struct)
+@pytest.mark.parametrize(("obj", "struct"), SHARED, ids=[s[1] for s in SHARED])
+def test_derived_dtype_matches_btf_by_bpftool(objects: dict[str, Path], obj: str,
+                                              struct: str) -> None:
+    _check(_bpftool_layout(objects[obj], struct),
+           _python_layout(_derived(objects[obj], struct)), struct)
 
 
-@pytest.mark.parametrize(("obj", "struct", "dtype"), SHARED, ids=[s[1] for s in SHARED])
-def test_mirror_matches_btf_by_binding(objects: dict[str, Path], obj: str, struct: str,
-                                       dtype: np.dtype) -> None:
+@pytest.mark.parametrize(("obj", "struct"), SHARED, ids=[s[1] for s in SHARED])
+def test_derived_dtype_matches_btf_by_binding(objects: dict[str, Path], obj: str,
+                                              struct: str) -> None:
     from rezolus_ue.bpf.libbpf import Btf
 
     with Btf.parse(objects[obj]) as btf:
         layout = btf.struct(struct)
-    _check((layout.size, layout.members), _python_layout(dtype), struct)
+    _check((layout.size, layout.members), _python_layout(_derived(objects[obj], struct)),
+           struct)
+
+
+def test_a_hand_declared_dtype_matches_btf(objects: dict[str, Path]) -> None:
+    """The test program's struct, declared in Python by hand, checks _check itself."""
+    obj = objects["tests/h2_test"]
+    _check(_bpftool_layout(obj, "h2_test_data"), _python_layout(H2_TEST_DTYPE), "h2_test")
+    assert _derived(obj, "h2_test_data") == H2_TEST_DTYPE
 
 
 def test_global_variables_have_the_expected_sizes(objects: dict[str, Path]) -> None:

@@ -463,19 +463,21 @@ class BpfObject:
             raise RuntimeError(f"{self.name}: BPF object not loaded")
         return self.obj
 
-    def array(self, map_name: str, dtype: np.dtype | type = np.uint64,
-              writable: bool = False) -> np.ndarray:
-        """Return a NumPy view of a BPF_F_MMAPABLE array's values (``max_entries`` long).
+    def array(self, map_name: str, writable: bool = False) -> np.ndarray:
+        """Return a NumPy view of a BPF_F_MMAPABLE array's values (``max_entries`` long),
+        typed as the C declares the value (from the object's BTF: a struct becomes a
+        structured dtype without its ``__`` padding members).
 
         Map ``map_name`` in ``keep_maps`` for the view to stay valid across unload.
         """
-        key = f"{map_name}:{np.dtype(dtype).str}:{writable}"
+        key = f"{map_name}:{writable}"
         if key in self._views:
             return self._views[key]
-        m = self._require().map(map_name)
+        obj = self._require()
+        m = obj.map(map_name)
+        dt = obj.btf().dtype(m.btf_value_type_id)
         mm = m.mmap(writable)
         self._maps.append(mm)
-        dt = np.dtype(dtype)
         if dt.itemsize != (m.value_size + 7) // 8 * 8:
             raise ValueError(f"{map_name}: value stride {m.value_size} does not match"
                              f" {dt} ({dt.itemsize} bytes)")

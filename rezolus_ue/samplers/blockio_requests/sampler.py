@@ -19,15 +19,6 @@ from . import (
 
 NOPS, NERRORS = len(BLOCKIO_OPS), len(BLOCKIO_ERROR_KINDS)
 
-#: struct blockio_requests_cpu (bpf/blockio_requests.h): one per CPU, six cache lines.
-COUNTERS_DTYPE = np.dtype({
-    "names": ["ops", "bytes", "errors"],
-    "formats": [("=u8", (NOPS,)), ("=u8", (NOPS,)), ("=u8", (NOPS, NERRORS))],
-    "offsets": [0, 8 * NOPS, 16 * NOPS],
-    "itemsize": 384,
-})
-#: C struct name -> its mirror here (tests check both against the object's BTF).
-SHARED_STRUCTS = {"blockio_requests_cpu": COUNTERS_DTYPE}
 
 
 def counter_records(counters: np.ndarray) -> list[tuple]:
@@ -54,7 +45,7 @@ class BlockioRequests(BpfSampler):
     keep_maps = ("latency", "size", "counters")
 
     def setup(self, bpf: BpfObject) -> None:
-        self._counters = bpf.array("counters", COUNTERS_DTYPE)
+        self._counters = bpf.array("counters")
 
     def publish(self, t_ns: int) -> None:
         window = self.window()

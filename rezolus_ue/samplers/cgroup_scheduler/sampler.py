@@ -29,15 +29,6 @@ from ..cgroup.sampler import (
 )
 from . import CGROUP_RUNQUEUE_LATENCY, CGROUP_SCHEDULER, FAMILIES, OPTIONS
 
-#: struct cgroup_sched_counters (bpf/cgroup_scheduler.h): one cache line per slot.
-COUNTERS_DTYPE = np.dtype({
-    "names": ["cpu_ns", "runqueue_wait_ns", "offcpu_ns", "voluntary", "involuntary"],
-    "formats": ["=u8"] * 5,
-    "offsets": [0, 8, 16, 24, 32],
-    "itemsize": 64,
-})
-#: C struct name -> its mirror here (tests check both against the object's BTF).
-SHARED_STRUCTS = {"cgroup_sched_counters": COUNTERS_DTYPE}
 #: The counters in CGROUP_SCHEDULER's field order.
 _FIELDS = ("cpu_ns", "runqueue_wait_ns", "offcpu_ns", "voluntary", "involuntary")
 #: The slot (and label) of every cgroup without one of its own (CGROUP_SCHED_OTHER).
@@ -117,7 +108,7 @@ class CgroupScheduler(BpfSampler):
 
     def setup(self, bpf: BpfObject) -> None:
         slots = self._max + 1
-        self._counters = bpf.array("counters", COUNTERS_DTYPE)
+        self._counters = bpf.array("counters")
         self._runqlat = bpf.array("runqlat").reshape(slots, h2.BUCKETS)
         self._attached_ns = bpf.global_var("attached_ns")
         assert bpf.obj is not None

@@ -8,16 +8,6 @@ from ...bpf.loader import BpfObject
 from ..bpf_sampler import BpfSampler
 from . import CPU_MIGRATIONS, FAMILIES
 
-#: struct cpu_migrations (bpf/cpu_migrations.h): one cache line per CPU.
-MIGRATIONS_DTYPE = np.dtype({
-    "names": ["from", "to"],
-    "formats": ["=u8", "=u8"],
-    "offsets": [0, 8],
-    "itemsize": 64,
-})
-#: C struct name -> its mirror here (tests check both against the object's BTF).
-SHARED_STRUCTS = {"cpu_migrations": MIGRATIONS_DTYPE}
-
 
 class CpuMigrations(BpfSampler):
     """Tasks migrated away from and onto each CPU (BPF on sched_migrate_task)."""
@@ -28,7 +18,7 @@ class CpuMigrations(BpfSampler):
     keep_maps = ("migrations",)
 
     def setup(self, bpf: BpfObject) -> None:
-        self._migrations = bpf.array("migrations", MIGRATIONS_DTYPE)
+        self._migrations = bpf.array("migrations")
 
     def publish(self, t_ns: int) -> None:
         self.window()

@@ -12,15 +12,6 @@ from . import FAMILIES, SOFTIRQ_DURATION, SOFTIRQ_KINDS, SOFTIRQ_TIME
 
 _KINDS = len(SOFTIRQ_KINDS)
 
-#: struct softirq_time (bpf/cpu_softirq_time.h): 128 bytes per CPU.
-TIMES_DTYPE = np.dtype({
-    "names": ["time_ns", "entered_ns", "entered_vec"],
-    "formats": [("=u8", (_KINDS,)), "=u8", "=u4"],
-    "offsets": [0, 80, 88],
-    "itemsize": 128,
-})
-#: C struct name -> its mirror here (tests check both against the object's BTF).
-SHARED_STRUCTS = {"softirq_time": TIMES_DTYPE}
 
 
 class CpuSoftirqTime(BpfSampler):
@@ -32,7 +23,7 @@ class CpuSoftirqTime(BpfSampler):
     keep_maps = ("times", "durations", ".bss")
 
     def setup(self, bpf: BpfObject) -> None:
-        self._times = bpf.array("times", TIMES_DTYPE)
+        self._times = bpf.array("times")
         self._durations = bpf.array("durations").reshape(_KINDS, h2.BUCKETS)
         self._attached_ns = bpf.global_var("attached_ns")
         self._durations_prev: np.ndarray | None = None

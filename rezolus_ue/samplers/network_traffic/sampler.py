@@ -17,18 +17,6 @@ DROP_REASONS = 256
 #: Slot 0's name: the kernel gave no reason, or one outside the slots.
 OTHER = "OTHER"
 
-#: struct network_traffic_counters: one cache line per CPU.
-TRAFFIC_DTYPE = np.dtype({
-    "names": ["rx_bytes", "tx_bytes", "rx_packets", "tx_packets"],
-    "formats": ["=u8"] * 4,
-    "offsets": [0, 8, 16, 24],
-    "itemsize": 64,
-})
-#: struct network_drop_reasons: DROP_REASONS counters per CPU.
-DROPS_DTYPE = np.dtype([("drops", "=u8", (DROP_REASONS,))])
-#: C struct name -> its mirror here (tests check both against the object's BTF).
-SHARED_STRUCTS = {"network_traffic_counters": TRAFFIC_DTYPE,
-                  "network_drop_reasons": DROPS_DTYPE}
 
 _SYMBOLIC = re.compile(r"__print_symbolic\(REC->reason,(.*)\)", re.S)
 _PAIR = re.compile(r"\{\s*(\d+)\s*,\s*\"(\w+)\"\s*\}")
@@ -67,14 +55,14 @@ class NetworkTraffic(BpfSampler):
     keep_maps = ("traffic", "drops")
 
     def setup(self, bpf: BpfObject) -> None:
-        self._traffic = bpf.array("traffic", TRAFFIC_DTYPE)
-        self._drops = bpf.array("drops", DROPS_DTYPE)
+        self._traffic = bpf.array("traffic")
+        self._drops = bpf.array("drops")
         self._reasons = kernel_drop_reason_names()
 
     def totals(self) -> tuple[dict[str, int], np.ndarray]:
         """Return the traffic totals summed over CPUs, and the drops per reason slot."""
         tr = self._traffic
-        sums = {f: int(tr[f].sum()) for f in TRAFFIC_DTYPE.names or ()}
+        sums = {f: int(tr[f].sum()) for f in tr.dtype.names or ()}
         return sums, self._drops["drops"].sum(axis=0)
 
     def publish(self, t_ns: int) -> None:

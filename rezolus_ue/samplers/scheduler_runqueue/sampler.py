@@ -14,16 +14,6 @@ from . import (
     SCHEDULER_SWITCHES,
 )
 
-#: struct runqueue_switches (bpf/scheduler_runqueue.h): one cache line per CPU.
-SWITCHES_DTYPE = np.dtype({
-    "names": ["voluntary", "involuntary", "idle", "running_since_ns"],
-    "formats": ["=u8", "=u8", "=u8", "=u8"],
-    "offsets": [0, 8, 16, 24],
-    "itemsize": 64,
-})
-#: C struct name -> its mirror here (tests check both against the object's BTF).
-SHARED_STRUCTS = {"runqueue_switches": SWITCHES_DTYPE}
-
 
 class SchedulerRunqueue(BpfSampler):
     """Run-queue latency, running and off-CPU time histograms, switches per CPU (BPF)."""
@@ -39,7 +29,7 @@ class SchedulerRunqueue(BpfSampler):
     keep_maps = ("runqlat", "running", "offcpu", "switches", ".bss")
 
     def setup(self, bpf: BpfObject) -> None:
-        self._switches = bpf.array("switches", SWITCHES_DTYPE)
+        self._switches = bpf.array("switches")
         self._attached_ns = bpf.global_var("attached_ns")
 
     def on_attach(self, now_ns: int) -> None:

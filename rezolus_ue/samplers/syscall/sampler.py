@@ -16,16 +16,6 @@ from ...metrics.family import histogram_records
 from ..bpf_sampler import BPF_OPTIONS, BpfSampler
 from . import FAMILIES, OPTIONS, SYSCALL, SYSCALL_LATENCY, table
 
-#: struct syscall_counts (bpf/syscall.h): calls by family, one per CPU.
-COUNTS_DTYPE = np.dtype({
-    "names": ["calls"],
-    "formats": [("=u8", (len(table.FAMILIES),))],
-    "offsets": [0],
-    "itemsize": 8 * len(table.FAMILIES),
-})
-#: C struct name -> its mirror here (tests check both against the object's BTF).
-SHARED_STRUCTS = {"syscall_counts": COUNTS_DTYPE}
-
 _OPS = tuple(f.encode() for f in table.FAMILIES)
 
 
@@ -68,7 +58,7 @@ class Syscall(BpfSampler):
 
     def setup(self, bpf: BpfObject) -> None:
         #: (CPUs, families) call totals.
-        self._calls = bpf.array("counts", COUNTS_DTYPE)["calls"]
+        self._calls = bpf.array("counts")["calls"]
         #: (families, buckets) cumulative latency histograms.
         self._latency = bpf.array("latency").reshape(len(table.FAMILIES), h2.BUCKETS)
         self._latency_prev = self._latency.copy()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from ...bpf.loader import BpfObject
 from ..bpf_sampler import BpfSampler
 from . import (
@@ -14,16 +12,6 @@ from . import (
     TCP_RETRANSMIT,
     TCP_SRTT,
 )
-
-#: struct tcp_counters (bpf/tcp.h): one cache line per CPU.
-COUNTERS_DTYPE = np.dtype({
-    "names": ["retransmits", "retransmit_errors"],
-    "formats": ["=u8", "=u8"],
-    "offsets": [0, 8],
-    "itemsize": 64,
-})
-#: C struct name -> its mirror here (tests check both against the object's BTF).
-SHARED_STRUCTS = {"tcp_counters": COUNTERS_DTYPE}
 
 
 class Tcp(BpfSampler):
@@ -41,7 +29,7 @@ class Tcp(BpfSampler):
     keep_maps = ("pktlat", "srtt", "jitter", "connlat", "counters")
 
     def setup(self, bpf: BpfObject) -> None:
-        self._counters = bpf.array("counters", COUNTERS_DTYPE)
+        self._counters = bpf.array("counters")
 
     def publish(self, t_ns: int) -> None:
         self.publish_histograms(self.window())

@@ -2,22 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from ...bpf.loader import BpfObject, Features
 from ...errors import KernelFeatureMissing, SamplerUnavailable
 from ..bpf_sampler import BpfSampler
 from . import FAMILIES, TCP_TRAFFIC
-
-#: struct tcp_traffic_counters (bpf/tcp_traffic.h): one cache line per CPU.
-COUNTERS_DTYPE = np.dtype({
-    "names": ["rx_bytes", "tx_bytes", "rx_packets", "tx_packets"],
-    "formats": ["=u8"] * 4,
-    "offsets": [0, 8, 16, 24],
-    "itemsize": 64,
-})
-#: C struct name -> its mirror here (tests check both against the object's BTF).
-SHARED_STRUCTS = {"tcp_traffic_counters": COUNTERS_DTYPE}
 
 #: Why the sampler cannot run on a kernel without either function hook.
 NO_FUNCTION_HOOKS = (
@@ -58,7 +46,7 @@ class TcpTraffic(BpfSampler):
             raise SamplerUnavailable(self.name, str(e)) from e
 
     def setup(self, bpf: BpfObject) -> None:
-        self._counters = bpf.array("counters", COUNTERS_DTYPE)
+        self._counters = bpf.array("counters")
 
     def publish(self, t_ns: int) -> None:
         self.window()
@@ -66,7 +54,7 @@ class TcpTraffic(BpfSampler):
         if h is None or not h.word.value:
             return
         c = self._counters
-        h.write(TCP_TRAFFIC.schema.pack(*(int(c[f].sum()) for f in COUNTERS_DTYPE.names or ())))
+        h.write(TCP_TRAFFIC.schema.pack(*(int(c[f].sum()) for f in c.dtype.names or ())))
 
     def close(self) -> None:
         self._counters = None  # type: ignore[assignment]
