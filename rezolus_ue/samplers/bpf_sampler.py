@@ -10,7 +10,8 @@ refused attach shows there, and otherwise at the first activation, which then ma
 sampler unavailable with the kernel's reason. With no consumer none of our programs
 is in the kernel. ``activate`` (a consumer enabled one of the sampler's events)
 loads and attaches; ``deactivate`` (the last consumer left; the agent checks every publish
-interval) detaches and unloads. The maps named in ``keep_maps`` survive unloading
+interval) detaches and unloads. The maps user space reads (every ``BPF_F_MMAPABLE`` one,
+``.bss`` included) and those named in ``keep_maps`` survive unloading
 (``BpfObject.unload``), so histograms and counters stay cumulative across cycles, and
 every histogram record carries ``attached_ns``, the part of its interval the programs were
 attached: the first record after a re-attach says it covers less than an interval.
@@ -123,9 +124,9 @@ class BpfSampler(Sampler):
     """A sampler whose data comes from one BPF object, named after it: ``bpf/<name>.bpf.c``
     (its structs shared with Python in ``bpf/<name>.h``).
 
-    Subclasses set ``keep_maps`` (every map read by user space, plus
-    ``.bss`` for globals user space writes) and implement ``setup`` (take views of the
-    maps) and ``publish``. ``histograms`` lists (family, map) pairs published by
+    Subclasses implement ``setup`` (take views of the maps) and ``publish``, and set
+    ``keep_maps`` only for maps user space writes that are not mmapable (mmapable ones,
+    which it reads, are kept anyway). ``histograms`` lists (family, map) pairs published by
     ``publish_histograms``.
     """
 
@@ -134,7 +135,8 @@ class BpfSampler(Sampler):
     _error: BaseException | None = None
     #: Per-CPU maps sized to the possible CPUs before load.
     per_cpu_maps: ClassVar[tuple[str, ...]] = ()
-    #: Maps that keep their contents across unload/load (cumulative data, .bss).
+    #: Maps user space writes that keep their contents across unload/load, beyond the
+    #: mmapable ones (always kept: cumulative data, .bss).
     keep_maps: ClassVar[tuple[str, ...]] = ()
     #: (family, map name) of each cumulative H2 histogram map.
     histograms: ClassVar[tuple[tuple[Family, str], ...]] = ()

@@ -42,7 +42,6 @@ class BlockioRequests(BpfSampler):
     per_cpu_maps = ("counters",)
     #: Each map holds one H2 row per operation (BLOCKIO_OPS x H2 buckets).
     histograms = ((BLOCKIO_LATENCY, "latency"), (BLOCKIO_SIZE, "size"))
-    keep_maps = ("latency", "size", "counters")
 
     def setup(self, bpf: BpfObject) -> None:
         self._counters = bpf.array("counters")

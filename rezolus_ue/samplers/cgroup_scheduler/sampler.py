@@ -89,7 +89,7 @@ class CgroupScheduler(BpfSampler):
 
     name = "cgroup_scheduler"
     families = FAMILIES
-    keep_maps = ("counters", "runqlat", "cgroup_slots", ".bss")
+    keep_maps = ("cgroup_slots",)
     options = (*BPF_OPTIONS, *OPTIONS)
 
     def start(self) -> None:

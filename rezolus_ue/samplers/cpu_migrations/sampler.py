@@ -15,7 +15,6 @@ class CpuMigrations(BpfSampler):
     name = "cpu_migrations"
     families = FAMILIES
     per_cpu_maps = ("migrations",)
-    keep_maps = ("migrations",)
 
     def setup(self, bpf: BpfObject) -> None:
         self._migrations = bpf.array("migrations")

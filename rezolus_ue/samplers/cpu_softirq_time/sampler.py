@@ -20,7 +20,6 @@ class CpuSoftirqTime(BpfSampler):
     name = "cpu_softirq_time"
     families = FAMILIES
     per_cpu_maps = ("times",)
-    keep_maps = ("times", "durations", ".bss")
 
     def setup(self, bpf: BpfObject) -> None:
         self._times = bpf.array("times")

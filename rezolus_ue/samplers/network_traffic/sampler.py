@@ -52,7 +52,6 @@ class NetworkTraffic(BpfSampler):
     name = "network_traffic"
     families = FAMILIES
     per_cpu_maps = ("traffic", "drops")
-    keep_maps = ("traffic", "drops")
 
     def setup(self, bpf: BpfObject) -> None:
         self._traffic = bpf.array("traffic")

@@ -26,7 +26,6 @@ class SchedulerRunqueue(BpfSampler):
         (SCHEDULER_RUNNING, "running"),
         (SCHEDULER_OFFCPU, "offcpu"),
     )
-    keep_maps = ("runqlat", "running", "offcpu", "switches", ".bss")
 
     def setup(self, bpf: BpfObject) -> None:
         self._switches = bpf.array("switches")

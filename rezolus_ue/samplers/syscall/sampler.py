@@ -25,7 +25,6 @@ class Syscall(BpfSampler):
     name = "syscall"
     families = FAMILIES
     per_cpu_maps = ("counts",)
-    keep_maps = ("counts", "latency")
     options = (*BPF_OPTIONS, *OPTIONS)
 
     def start(self) -> None:

@@ -26,7 +26,6 @@ class Tcp(BpfSampler):
         (TCP_JITTER, "jitter"),
         (TCP_CONNECT_LATENCY, "connlat"),
     )
-    keep_maps = ("pktlat", "srtt", "jitter", "connlat", "counters")
 
     def setup(self, bpf: BpfObject) -> None:
         self._counters = bpf.array("counters")

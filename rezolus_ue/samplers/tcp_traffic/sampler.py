@@ -34,7 +34,6 @@ class TcpTraffic(BpfSampler):
     name = "tcp_traffic"
     families = FAMILIES
     per_cpu_maps = ("counters",)
-    keep_maps = ("counters",)
 
     def start(self) -> None:
         why = missing_hooks(Features(), self.str_option("attach"))
