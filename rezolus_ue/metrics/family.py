@@ -123,6 +123,13 @@ class Family:
         """Return the counters and gauges, in order."""
         return tuple(m for m in self.metrics if m.kind is not Kind.HISTOGRAM)
 
+    def slot(self, name: str) -> int:
+        """Return the position of scalar ``name`` in a row (``scalars`` order)."""
+        for i, m in enumerate(self.scalars):
+            if m.name == name:
+                return i
+        raise KeyError(f"{self.event} has no scalar {name!r}")
+
     @property
     def histogram(self) -> Metric | None:
         """Return the histogram metric, if any."""

@@ -14,7 +14,7 @@ from . import CPU_CORES, CPU_USAGE, FAMILIES
 
 #: Columns of a cpuN line we publish, in catalog order.
 _COLUMNS = 8
-_IDLE, _IOWAIT = 3, 4
+_IDLE, _IOWAIT = CPU_USAGE.slot("idle_ns"), CPU_USAGE.slot("iowait_ns")
 
 
 def parse_proc_stat_cpus(text: bytes | str, tick_ns: int) -> list[tuple[int, ...]]:

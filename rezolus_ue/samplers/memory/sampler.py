@@ -14,18 +14,23 @@ from ...procfs import KeptOpen, picker
 from ..base import FamilySampler, Unchanged
 from . import FAMILIES, MEMORY, MEMORY_PRESSURE, MEMORY_VMSTAT
 
-#: /proc/meminfo keys in MEMORY's scalar order.
-MEMINFO_KEYS = (b"MemTotal", b"MemFree", b"MemAvailable", b"Buffers", b"Cached", b"Dirty",
-                b"Writeback", b"Slab", b"SwapTotal", b"SwapFree")
-_MEMINFO_SLOT = {k: i for i, k in enumerate(MEMINFO_KEYS)}
-_FREE, _AVAILABLE, _BUFFERS, _CACHED = 1, 2, 3, 4
+#: /proc/meminfo key of each MEMORY scalar.
+_MEMINFO_FIELDS = {b"MemTotal": "total_bytes", b"MemFree": "free_bytes",
+                   b"MemAvailable": "available_bytes", b"Buffers": "buffers_bytes",
+                   b"Cached": "cached_bytes", b"Dirty": "dirty_bytes",
+                   b"Writeback": "writeback_bytes", b"Slab": "slab_bytes",
+                   b"SwapTotal": "swap_total_bytes", b"SwapFree": "swap_free_bytes"}
+_MEMINFO_SLOT = {k: MEMORY.slot(f) for k, f in _MEMINFO_FIELDS.items()}
+_FREE, _AVAILABLE, _BUFFERS, _CACHED = (MEMORY.slot(f) for f in (
+    "free_bytes", "available_bytes", "buffers_bytes", "cached_bytes"))
 
-#: /proc/vmstat keys read as they are, in MEMORY_VMSTAT's scalar order (slots 2 and 3 are
-#: the pgscan_* and pgsteal_* sums).
-_VMSTAT_SLOT = {b"pgfault": 0, b"pgmajfault": 1, b"numa_hit": 4, b"numa_miss": 5,
-                b"numa_foreign": 6, b"numa_local": 7, b"numa_other": 8,
-                b"numa_interleave": 9}
-_SCANNED, _STOLEN = 2, 3
+#: /proc/vmstat keys read as they are, and the MEMORY_VMSTAT scalar each gives.
+_VMSTAT_SLOT = {k: MEMORY_VMSTAT.slot(f) for k, f in {
+    b"pgfault": "page_faults", b"pgmajfault": "major_page_faults", b"numa_hit": "numa_hit",
+    b"numa_miss": "numa_miss", b"numa_foreign": "numa_foreign", b"numa_local": "numa_local",
+    b"numa_other": "numa_other", b"numa_interleave": "numa_interleave"}.items()}
+#: The slots of the pgscan_* and pgsteal_* sums.
+_SCANNED, _STOLEN = MEMORY_VMSTAT.slot("pages_scanned"), MEMORY_VMSTAT.slot("pages_stolen")
 #: pgscan_*/pgsteal_* lines that are not a by-reclaimer (or by-zone) page count.
 _VMSTAT_NOT_SUMMED = frozenset({b"pgscan_anon", b"pgscan_file", b"pgsteal_anon",
                                 b"pgsteal_file", b"pgscan_direct_throttle"})
@@ -180,7 +185,7 @@ class FieldFinder:
 
 def meminfo_finder() -> FieldFinder:
     """Return a FieldFinder for /proc/meminfo (slots in MEMORY's scalar order, kB)."""
-    return FieldFinder(_meminfo_slot, len(MEMINFO_KEYS), b":")
+    return FieldFinder(_meminfo_slot, len(MEMORY.scalars), b":")
 
 
 def vmstat_finder() -> FieldFinder:
