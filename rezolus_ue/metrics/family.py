@@ -108,7 +108,6 @@ class Family:
     description: str
     labels: tuple[Label, ...]
     metrics: tuple[Metric, ...]
-    cadence: str = ""
     #: How the _dist event's samples are taken, when not every sample_interval.
     dist_sampling: str = ""
 
@@ -201,7 +200,7 @@ class Family:
             fields.append(Field("buckets", REL_BYTES, "", f"{h.name}: the interval's non-zero"
                                 " buckets, {u16 index; u64 count} each", max_len=room))
         return EventSchema(self.event, self.description + _describe(self), tuple(fields),
-                           self.sampler, self.cadence or _cadence(self))
+                           self.sampler, _cadence(self))
 
 
 def _cadence(f: Family) -> str:

@@ -78,11 +78,6 @@ def cgroup2_mounts(mounts_text: str) -> list[str]:
     return sorted(dict.fromkeys(found), key=lambda p: rank.get(p, len(rank)))
 
 
-def cgroup_path(rel: str) -> str:
-    """Return the cgroup path of a directory ``rel`` below the root ("" or "." = root)."""
-    return "/" if rel in ("", ".") else "/" + rel.strip("/")
-
-
 def truncate_label(path: str) -> str:
     """Return ``path`` as valid UTF-8 (undecodable bytes become ``?``) cut to at most
     LABEL_MAX bytes, at a character boundary."""

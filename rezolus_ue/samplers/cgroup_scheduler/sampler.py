@@ -31,8 +31,7 @@ from . import CGROUP_RUNQUEUE_LATENCY, CGROUP_SCHEDULER, FAMILIES, OPTIONS
 
 #: The counters in CGROUP_SCHEDULER's field order.
 _FIELDS = ("cpu_ns", "runqueue_wait_ns", "offcpu_ns", "voluntary", "involuntary")
-#: The slot (and label) of every cgroup without one of its own (CGROUP_SCHED_OTHER).
-OTHER_SLOT = 0
+#: The label of slot 0 (CGROUP_SCHED_OTHER): every cgroup without a slot of its own.
 OTHER_LABEL = "(other)"
 
 def _map_calls() -> tuple[Callable[..., int], Callable[..., int]]:
