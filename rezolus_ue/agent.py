@@ -324,7 +324,7 @@ class Agent:
         try:
             sampler.sample(now_ns, publishing)
             if publishing:
-                sampler.publish(now_ns)
+                sampler.publish()
         except Exception as e:  # a sampler bug must not stop the others
             self._failed(st, "refresh", e)
         else:

@@ -98,7 +98,7 @@ def sample_twice(s: Sampler, t0_ns: int = 1_000_000_000, t1_ns: int = 1_100_000_
     """Sample at ``t0_ns`` and ``t1_ns``, then publish at ``t1_ns``."""
     s.sample(t0_ns)
     s.sample(t1_ns)
-    s.publish(t1_ns)
+    s.publish()
 
 
 def assert_silent_without_consumer(s: Sampler, handles: Mapping[str, FakeHandle]) -> None:
@@ -107,7 +107,7 @@ def assert_silent_without_consumer(s: Sampler, handles: Mapping[str, FakeHandle]
     try:
         assert s.read() == {}
         s.sample(1)
-        s.publish(1)
+        s.publish()
     finally:
         s.close()
     assert not any(h.payloads for h in handles.values())

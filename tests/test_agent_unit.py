@@ -60,8 +60,9 @@ class FakeSampler(Sampler):
         if self.fail:
             raise RuntimeError("boom")
 
-    def publish(self, t_ns: int) -> None:
-        self.publishes.append(t_ns)
+    def publish(self) -> None:
+        # publish takes no time: record that of the tick's sample, which precedes it.
+        self.publishes.append(self.samples[-1] if self.samples else -1)
 
     def close(self) -> None:
         self.closed = True
@@ -288,7 +289,7 @@ def test_unavailable_sampler_is_skipped_and_counted() -> None:
 
 def test_refresh_cost_is_recorded_in_microseconds() -> None:
     class Slow(FakeSampler):
-        def publish(self, t_ns: int) -> None:
+        def publish(self) -> None:
             time.sleep(0.02)
 
     agent = make_agent(s=Slow())
@@ -399,7 +400,7 @@ def test_agent_sampler_packs_the_stats_in_schema_order(tmp_path: Path) -> None:
         sampler.bind({AGENT.name: handle, AGENT_SAMPLER.schema.name: per_sampler,
                       AGENT_STATUS.schema.name: FakeHandle(False)})
         assert sampler.wanted and not sampler.dist_wanted
-        sampler.publish(0)
+        sampler.publish()
     finally:
         sampler.close()
     (payload,) = handle.payloads
@@ -432,9 +433,9 @@ def test_agent_sampler_publishes_each_samplers_cost(tmp_path: Path) -> None:
     try:
         sampler.bind({AGENT.name: agent_h, schema.name: handle,
                       AGENT_STATUS.schema.name: FakeHandle(False)})
-        sampler.publish(0)
+        sampler.publish()
         a.cost_us.record(50)
-        sampler.publish(1)
+        sampler.publish()
     finally:
         sampler.close()
     assert agent_h.payloads == []
@@ -468,7 +469,7 @@ def test_agent_sampler_publishes_each_samplers_state_reason_and_errors(tmp_path:
         sampler.bind({AGENT.name: FakeHandle(False),
                       AGENT_SAMPLER.schema.name: FakeHandle(False),
                       AGENT_STATUS.schema.name: status_h})
-        sampler.publish(0)
+        sampler.publish()
     finally:
         sampler.close()
     recs = [AGENT_STATUS.schema.unpack(p) for p in status_h.payloads]
@@ -493,10 +494,10 @@ def test_agent_sampler_first_record_after_enabling_covers_one_interval(tmp_path:
         sampler.bind({AGENT.name: agent_h, AGENT_SAMPLER.schema.name: per_sampler,
                       AGENT_STATUS.schema.name: FakeHandle(False)})
         st.cost_us.record_many([10] * 100)  # refreshes while nobody watched their cost
-        sampler.publish(0)
+        sampler.publish()
         per_sampler.word.value = 1  # a consumer enables rezolus_agent_sampler
         st.cost_us.record(10)
-        sampler.publish(1)
+        sampler.publish()
     finally:
         sampler.close()
     (rec,) = [AGENT_SAMPLER.schema.unpack(p) for p in per_sampler.payloads]
@@ -559,13 +560,13 @@ def test_family_sampler_writes_only_enabled_events() -> None:
     assert s.dist_wanted
     s.sample(0)
     s.sample(1_000_000_000)
-    s.publish(1_000_000_000)
+    s.publish()
     assert hs[FAKE.schema.name].payloads == []
     (d,) = [FAKE.dist_schema.unpack(p) for p in hs[FAKE.dist_schema.name].payloads]
     assert d == {"metric": "n", "value": 20, "p50": 10, "p90": 10, "p99": 10, "max": 10}
     assert [fam_g.schema.unpack(p) for p in hs[fam_g.schema.name].payloads] == [{"g": 20}]
     # Nothing sampled since: nothing published.
-    s.publish(2_000_000_000)
+    s.publish()
     assert len(hs[fam_g.schema.name].payloads) == 1
 
 
@@ -616,7 +617,7 @@ def test_deferring_sampler_publishes_what_reading_each_tick_publishes() -> None:
             for k in range(10):
                 t = interval * 1_000_000_000 + k * 100_000_000
                 s.sample(t, full=k == 9)
-            s.publish(t)
+            s.publish()
         payloads.append({n: h.payloads for n, h in hs.items()})
     assert payloads[0] == payloads[1]
     assert len(payloads[1][FAKE.dist_schema.name]) == 2
@@ -650,7 +651,7 @@ def test_family_sampler_forgets_the_interval_when_the_last_consumer_leaves() -> 
     hs = _two_bound(s)
     s.sample(0, full=False)
     s.sample(100_000_000, full=True)  # the agent published, then sampled once more
-    s.publish(100_000_000)
+    s.publish()
     s.sample(200_000_000, full=False)
     s.deactivate()
     assert s._pending == []
@@ -659,7 +660,7 @@ def test_family_sampler_forgets_the_interval_when_the_last_consumer_leaves() -> 
         h.payloads.clear()
     s.sample(3_600_000_000_000, full=False)  # an hour later, a new consumer
     s.sample(3_600_100_000_000, full=True)
-    s.publish(3_600_100_000_000)
+    s.publish()
     (d,) = [FAKE.dist_schema.unpack(p) for p in hs[FAKE.dist_schema.name].payloads]
     assert (d["p50"], d["max"]) == (100, 100)  # 10 in 100 ms
 

@@ -168,7 +168,7 @@ def test_known_io_is_counted(loop: str, attach: str) -> None:
         direct_io(loop, N, write=False)
         flush_and_discard(loop)
         t0 = time.perf_counter_ns()
-        s.publish(time.monotonic_ns())
+        s.publish()
         publish_us = (time.perf_counter_ns() - t0) / 1000
         s.deactivate()
     finally:
@@ -211,7 +211,7 @@ def test_programs_loaded_only_while_active(loop: str) -> None:
 def test_silent_without_consumer(built: None) -> None:
     s, handles = start_sampler(BlockioRequests, enabled=False)
     try:
-        s.publish(0)
+        s.publish()
     finally:
         s.close()
     assert not any(h.payloads for h in handles.values())

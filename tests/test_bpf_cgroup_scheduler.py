@@ -114,11 +114,11 @@ def test_cgroup_cpu_time_and_waits(root: Path, attach: str) -> None:
             slots = {lb: slot for slot, lb in s.slot_labels().items()}
             assert slots[OTHER_LABEL] == 0 and path in slots
             s.activate()
-            s.publish(0)  # the baseline interval
+            s.publish()  # the baseline interval
             for h in handles.values():
                 h.payloads.clear()
             burn_in(group, 0.3)
-            s.publish(time.monotonic_ns())
+            s.publish()
             s.deactivate()
             kernel_ns = kernel_usage_ns(group)
         finally:
@@ -155,7 +155,7 @@ def test_groups_beyond_max_cgroups_count_in_other(root: Path) -> None:
             # b used the most CPU since the last walk: the slot is b's now, from zero.
             s.rescan()
             assert s.slot_labels() == {0: OTHER_LABEL, 1: pb}
-            s.publish(0)
+            s.publish()
             s.deactivate()
         finally:
             s.close()
@@ -192,7 +192,7 @@ def test_programs_loaded_only_while_active(root: Path) -> None:
 def test_silent_without_consumer(root: Path) -> None:
     s, handles = start_sampler(CgroupScheduler, enabled=False)
     try:
-        s.publish(0)
+        s.publish()
     finally:
         s.close()
     assert not any(h.payloads for h in handles.values())

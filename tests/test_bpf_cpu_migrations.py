@@ -55,7 +55,7 @@ def test_affinity_flips_are_counted(affinity: None, attach: str) -> None:
         before_from, before_to = m["from"].copy(), m["to"].copy()
         flip(FLIPS)
         got_from, got_to = m["from"] - before_from, m["to"] - before_to
-        s.publish(0)
+        s.publish()
         s.deactivate()
     finally:
         s.close()
@@ -93,7 +93,7 @@ def test_programs_loaded_only_while_active(affinity: None) -> None:
 def test_silent_without_consumer() -> None:
     s, handles = start_sampler(CpuMigrations, enabled=False)
     try:
-        s.publish(0)
+        s.publish()
     finally:
         s.close()
     assert not any(h.payloads for h in handles.values())

@@ -132,14 +132,14 @@ def test_publish_end_to_end(attach: str) -> None:
     s, handles = start_sampler(SchedulerRunqueue, attach=attach)
     try:
         assert f"attaches as {attach})" in s.detail
-        s.publish(0)  # before any consumer: closes the (empty) interval
+        s.publish()  # before any consumer: closes the (empty) interval
         for h in handles.values():
             h.payloads.clear()
         s.activate()
         with contention():
             sleep_often(0.5)
         t0 = time.perf_counter_ns()
-        s.publish(time.monotonic_ns())
+        s.publish()
         publish_us = (time.perf_counter_ns() - t0) / 1000
         s.deactivate()
     finally:
@@ -167,7 +167,7 @@ def test_first_record_after_activate_covers_only_the_attached_time() -> None:
         s.activate()
         with contention():
             sleep_often(0.3)
-        s.publish(0)
+        s.publish()
         s.deactivate()
         # Detached: load now is not counted.
         with contention():
@@ -176,7 +176,7 @@ def test_first_record_after_activate_covers_only_the_attached_time() -> None:
             h.payloads.clear()
         s.activate()
         time.sleep(0.05)
-        s.publish(0)
+        s.publish()
         s.deactivate()
     finally:
         s.close()
@@ -189,7 +189,7 @@ def test_first_record_after_activate_covers_only_the_attached_time() -> None:
 def test_silent_without_consumer() -> None:
     s, handles = start_sampler(SchedulerRunqueue, enabled=False)
     try:
-        s.publish(0)
+        s.publish()
     finally:
         s.close()
     assert not any(h.payloads for h in handles.values())

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 
 import pytest
 from helpers import bpf_struct, decoded, require_bpf_object, start_sampler
@@ -77,7 +76,7 @@ def test_publish_end_to_end(attach: str) -> None:
         assert f"attaches as {attach})" in s.detail
         s.activate()
         loopback_traffic()
-        s.publish(time.monotonic_ns())
+        s.publish()
         s.deactivate()
     finally:
         s.close()
@@ -122,7 +121,7 @@ def test_programs_loaded_only_while_active() -> None:
 def test_silent_without_consumer() -> None:
     s, handles = start_sampler(CpuSoftirqTime, enabled=False)
     try:
-        s.publish(0)
+        s.publish()
     finally:
         s.close()
     assert not any(h.payloads for h in handles.values())

@@ -40,12 +40,12 @@ def test_loopback_connection_fills_the_histograms(bpf_built: None, attach: str) 
     s, handles = start_sampler(Tcp, attach=attach)
     try:
         assert f"attaches as {attach})" in s.detail
-        s.publish(0)  # before any consumer: closes the (empty) interval
+        s.publish()  # before any consumer: closes the (empty) interval
         for h in handles.values():
             h.payloads.clear()
         s.activate()
         loopback_transfer(K)
-        s.publish(0)
+        s.publish()
         s.deactivate()
     finally:
         s.close()
@@ -82,7 +82,7 @@ def test_counts_accumulate_across_activations(bpf_built: None) -> None:
 def test_silent_without_consumer(bpf_built: None) -> None:
     s, handles = start_sampler(Tcp, enabled=False)
     try:
-        s.publish(0)
+        s.publish()
     finally:
         s.close()
     assert not any(h.payloads for h in handles.values())

@@ -180,7 +180,7 @@ def test_sampler_rereads_the_kept_open_file(tmp_path: Path) -> None:
         s.sample(1_000_000_000)
         replace_in_place(tmp_path / "softirqs", b"123456", b"123556")  # cpu0 TIMER +100
         s.sample(2_000_000_000)
-        s.publish(2_000_000_000)
+        s.publish()
     finally:
         s.close()
     assert CPU_SOFTIRQ.dist_schema is not None

@@ -513,7 +513,7 @@ def test_sampler_options_filter_interfaces() -> None:
     s, h = make_sampler(FIXTURES / "modern", interfaces=("e*", "v*", "lo"), exclude=("veth*",))
     try:
         s.sample(1)
-        s.publish(1)
+        s.publish()
     finally:
         s.close()
     records = decoded(NETWORK.schema, h)

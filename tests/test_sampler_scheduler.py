@@ -192,7 +192,7 @@ def test_sampler_rates(tmp_path: Path) -> None:
                                (tmp_path / "schedstat", b" 123456789 ", b" 123556789 ")):
             replace_in_place(path, old, new)
         s.sample(1_500_000_000)
-        s.publish(1_500_000_000)
+        s.publish()
     finally:
         s.close()
     got = decode(h)
@@ -219,7 +219,7 @@ def test_sampler_shares_each_ticks_proc_stat_with_cpu_usage(tmp_path: Path) -> N
         replace_in_place(tmp_path / "stat", b"ctxt 9860713", b"ctxt 9860813")
         s.sample(1_000_000_000)  # the same tick: cpu_usage's read
         s.sample(1_500_000_000)  # a new tick: read again
-        s.publish(1_500_000_000)
+        s.publish()
         assert s.read()[SCHEDULER][()][0] == 9860813  # outside sample(): always read
     finally:
         s.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -191,8 +191,23 @@ class Sampler(ABC):
         """
 
     @abstractmethod
-    def publish(self, t_ns: int) -> None:
-        """Write the interval's records for the enabled events."""
+    def publish(self) -> None:
+        """Write the interval's records for the enabled events (through ``emit``)."""
+
+    def enabled(self, schema: EventSchema | None) -> bool:
+        """Return True while a consumer has ``schema``'s event enabled."""
+        h = self.handles.get(schema.name) if schema is not None else None
+        return h is not None and bool(h.word.value)
+
+    def emit(self, schema: EventSchema | None, records: Iterable[Sequence[object]]) -> None:
+        """Pack and write ``records`` to ``schema``'s event while a consumer has it enabled;
+        otherwise ``records`` (a generator, so nothing is computed) is not consumed."""
+        h = self.handles.get(schema.name) if schema is not None else None
+        if schema is None or h is None or not h.word.value:
+            return
+        pack, write = schema.pack, h.write
+        for r in records:
+            write(pack(*r))
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what start acquired."""
@@ -310,19 +325,10 @@ class FamilySampler(Sampler):
             self._over[fam].add(t_ns, rows, fam in dist)
             self._fresh.add(fam)
 
-    def publish(self, t_ns: int) -> None:
+    def publish(self) -> None:
         # Only families sampled since the last publish: a family nobody wants is not read.
         fresh, self._fresh = self._fresh, set()
         for fam in fresh:
             records, dist = self._over[fam].publish()
-            h = self.handles.get(fam.schema.name)
-            if h is not None and h.word.value:
-                pack, write = fam.schema.pack, h.write
-                for r in records:
-                    write(pack(*r))
-            if fam.dist_schema is not None:
-                h = self.handles.get(fam.dist_schema.name)
-                if h is not None and h.word.value:
-                    pack, write = fam.dist_schema.pack, h.write
-                    for r in dist:
-                        write(pack(*r))
+            self.emit(fam.schema, records)
+            self.emit(fam.dist_schema, dist)

@@ -271,12 +271,7 @@ class BpfSampler(Sampler):
             cur = view.copy()
             counts, _reset = h2.delta(cur, self._prev[fam])
             self._prev[fam] = cur
-            h = self.handles.get(fam.schema.name)
-            if h is None or not h.word.value:
-                continue
-            schema = fam.schema
-            for rec in histogram_records(schema, labels, (window,), counts):
-                h.write(schema.pack(*rec))
+            self.emit(fam.schema, histogram_records(fam.schema, labels, (window,), counts))
 
     def close(self) -> None:
         self._join()

@@ -101,7 +101,7 @@ def test_known_io_and_an_error(device: tuple[str, bool], attach: str) -> None:
         direct_io(dev, N, write=False, offset=GOOD_OFFSET)
         if can_fail:
             read_bad_block(dev)
-        s.publish(0)
+        s.publish()
         s.deactivate()
     finally:
         s.close()

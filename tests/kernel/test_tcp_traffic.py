@@ -40,9 +40,9 @@ def test_loopback_transfer_counts_bytes_both_ways(attach: str) -> None:
         s.activate()
         assert s.bpf.attach_kinds == attach
         assert {p.name for p in s.bpf.programs} == PROGRAMS[attach]
-        s.publish(0)
+        s.publish()
         loopback_transfer(K)
-        s.publish(0)
+        s.publish()
         s.deactivate()
     finally:
         s.close()
@@ -60,10 +60,10 @@ def test_tracepoint_samplers_on_this_kernel() -> None:
     try:
         tcp.activate()
         net.activate()
-        net.publish(0)
+        net.publish()
         loopback_transfer(K)
-        tcp.publish(0)
-        net.publish(0)
+        tcp.publish()
+        net.publish()
     finally:
         tcp.close()
         net.close()

@@ -46,41 +46,36 @@ class AgentSelf(Sampler):
         self._page = os.sysconf("SC_PAGE_SIZE")
         self._fds_by_size = fds_by_size(self._fd_dir)
 
-    def publish(self, t_ns: int) -> None:
-        h = self.handles[AGENT.schema.name]
-        if h.word.value:
-            s = self.ctx.agent_stats()
-            t = os.times()
-            rss = int(self._statm.read().split()[1]) * self._page
-            # Field 20 of /proc/self/stat (after the parenthesised comm) is num_threads.
-            threads = int(self._stat.read().rsplit(b")", 1)[1].split()[17])
-            fds = (os.stat(self._fd_dir).st_size if self._fds_by_size
-                   else len(os.listdir(self._fd_dir)))
-            h.write(AGENT.schema.pack(
-                os.getpid(), s["uptime_ns"], int(t.user * 1e9), int(t.system * 1e9), rss,
-                fds, threads, s["events_written"], s["ebadf_races"], s["write_errors"],
-                s["sampler_errors"], s["samplers_active"], s["samplers_unavailable"],
-            ))
+    def publish(self) -> None:
+        if self.enabled(AGENT.schema):
+            self.emit(AGENT.schema, [self._self_stats()])
         states = self.ctx.sampler_states()
-        h = self.handles[AGENT_SAMPLER.schema.name]
         schema = AGENT_SAMPLER.schema
-        enabled = bool(h.word.value)
-        pack, write = schema.pack, h.write
+        enabled = self.enabled(schema)
         for st in states:
             # Close every interval even when unwatched, so the first record after a
             # consumer arrives covers one interval, not the agent's whole life.
             index, count = st.cost_us.interval_sparse()  # type: ignore[attr-defined]
-            if not enabled:
-                continue
-            scalars = (STATUS_CODES[st.state], st.refreshes, st.errors)  # type: ignore[attr-defined]
-            for rec in sparse_histogram_records(schema, (st.name,), scalars, index, count):  # type: ignore[attr-defined]
-                write(pack(*rec))
-        h = self.handles[AGENT_STATUS.schema.name]
-        if h.word.value:
-            pack = AGENT_STATUS.schema.pack
-            for st in states:
-                h.write(pack(st.name, st.state, fit_text(st.reason),  # type: ignore[attr-defined]
-                             fit_text(st.last_error), st.errors))  # type: ignore[attr-defined]
+            if enabled:
+                scalars = (STATUS_CODES[st.state], st.refreshes, st.errors)  # type: ignore[attr-defined]
+                self.emit(schema, sparse_histogram_records(
+                    schema, (st.name,), scalars, index, count))  # type: ignore[attr-defined]
+        self.emit(AGENT_STATUS.schema, (
+            (st.name, st.state, fit_text(st.reason), fit_text(st.last_error), st.errors)  # type: ignore[attr-defined]
+            for st in states))
+
+    def _self_stats(self) -> tuple[int, ...]:
+        """Return the rezolus_agent record: the agent's cost and health now."""
+        s = self.ctx.agent_stats()
+        t = os.times()
+        rss = int(self._statm.read().split()[1]) * self._page
+        # Field 20 of /proc/self/stat (after the parenthesised comm) is num_threads.
+        threads = int(self._stat.read().rsplit(b")", 1)[1].split()[17])
+        fds = (os.stat(self._fd_dir).st_size if self._fds_by_size
+               else len(os.listdir(self._fd_dir)))
+        return (os.getpid(), s["uptime_ns"], int(t.user * 1e9), int(t.system * 1e9), rss,
+                fds, threads, s["events_written"], s["ebadf_races"], s["write_errors"],
+                s["sampler_errors"], s["samplers_active"], s["samplers_unavailable"])
 
     def close(self) -> None:
         self._statm.close()

@@ -46,28 +46,18 @@ class BlockioRequests(BpfSampler):
     def setup(self, bpf: BpfObject) -> None:
         self._counters = bpf.array("counters")
 
-    def publish(self, t_ns: int) -> None:
+    def publish(self) -> None:
         window = self.window()
         for fam, view in self._hists.items():
             # Close every interval even when unwatched: the next record covers one.
             cur = view.copy().reshape(NOPS, h2.BUCKETS)
             prev = self._prev[fam]
             self._prev[fam] = cur
-            h = self.handles.get(fam.schema.name)
-            if h is None or not h.word.value:
-                continue
-            for i, op in enumerate(BLOCKIO_OPS):
-                if not cur[i].any():
-                    continue  # never seen: no record
-                counts, _reset = h2.delta(cur[i], None if prev is None else
-                                          prev.reshape(NOPS, h2.BUCKETS)[i])
-                for rec in histogram_records(fam.schema, (op,), (window,), counts):
-                    h.write(fam.schema.pack(*rec))
-        h = self.handles.get(BLOCKIO_REQUESTS.schema.name)
-        if h is not None and h.word.value:
-            pack = BLOCKIO_REQUESTS.schema.pack
-            for rec in counter_records(self._counters):
-                h.write(pack(*rec))
+            self.emit(fam.schema, (
+                rec for i, op in enumerate(BLOCKIO_OPS) if cur[i].any()  # unseen: no record
+                for rec in histogram_records(fam.schema, (op,), (window,), h2.delta(
+                    cur[i], None if prev is None else prev.reshape(NOPS, h2.BUCKETS)[i])[0])))
+        self.emit(BLOCKIO_REQUESTS.schema, (rec for rec in counter_records(self._counters)))
 
     def close(self) -> None:
         self._counters = None  # type: ignore[assignment]

@@ -192,29 +192,24 @@ class CgroupScheduler(BpfSampler):
         """Return the slots in use (``(other)`` included) and their labels."""
         return {s: lb for s, lb in enumerate(self._labels) if lb is not None}
 
-    def publish(self, t_ns: int) -> None:
+    def publish(self) -> None:
         if self._clock() >= self._next_scan:
             self.rescan()
         window = self.window()
         labels = self.slot_labels()
         cur = self._runqlat.copy()
         prev, self._hist_prev = self._hist_prev, cur
-        h = self.handles.get(CGROUP_RUNQUEUE_LATENCY.schema.name)
-        if h is not None and h.word.value:
-            schema = CGROUP_RUNQUEUE_LATENCY.schema
-            for slot in np.flatnonzero((cur != prev).any(axis=1)).tolist():
-                label = labels.get(slot)
-                if label is None:
-                    continue  # freed since: its waits belonged to a cgroup now gone
-                counts, _reset = h2.delta(cur[slot], prev[slot])
-                for rec in histogram_records(schema, (label,), (window,), counts):
-                    h.write(schema.pack(*rec))
-        h = self.handles.get(CGROUP_SCHEDULER.schema.name)
-        if h is not None and h.word.value:
+        schema = CGROUP_RUNQUEUE_LATENCY.schema
+        self.emit(schema, (
+            rec for slot in np.flatnonzero((cur != prev).any(axis=1)).tolist()
+            # A slot freed since: its waits belonged to a cgroup now gone.
+            if (label := labels.get(slot)) is not None
+            for rec in histogram_records(schema, (label,), (window,),
+                                         h2.delta(cur[slot], prev[slot])[0])))
+        if self.enabled(CGROUP_SCHEDULER.schema):
             totals = (self._values() - self._base).tolist()
-            pack = CGROUP_SCHEDULER.schema.pack
-            for slot, label in labels.items():
-                h.write(pack(label, *totals[slot]))
+            self.emit(CGROUP_SCHEDULER.schema,
+                      ((label, *totals[slot]) for slot, label in labels.items()))
 
     def close(self) -> None:
         slots = getattr(self, "_slots", None)

@@ -19,16 +19,12 @@ class CpuMigrations(BpfSampler):
     def setup(self, bpf: BpfObject) -> None:
         self._migrations = bpf.array("migrations")
 
-    def publish(self, t_ns: int) -> None:
+    def publish(self) -> None:
         self.window()
-        h = self.handles.get(CPU_MIGRATIONS.schema.name)
-        if h is None or not h.word.value:
-            return
         m = self._migrations
         frm, to = m["from"], m["to"]
-        pack = CPU_MIGRATIONS.schema.pack
-        for cpu in np.flatnonzero(frm | to).tolist():
-            h.write(pack(cpu, int(frm[cpu]), int(to[cpu])))
+        self.emit(CPU_MIGRATIONS.schema, ((cpu, int(frm[cpu]), int(to[cpu]))
+                                          for cpu in np.flatnonzero(frm | to).tolist()))
 
     def close(self) -> None:
         self._migrations = None  # type: ignore[assignment]

@@ -33,24 +33,19 @@ class CpuSoftirqTime(BpfSampler):
         self._attached_ns[0] = now_ns
         self._durations_prev = self._durations.copy()
 
-    def publish(self, t_ns: int) -> None:
+    def publish(self) -> None:
         window = self.window()
         cur = self._durations.copy()
         prev, self._durations_prev = self._durations_prev, cur
-        h = self.handles.get(SOFTIRQ_DURATION.schema.name)
-        if h is not None and h.word.value and prev is not None:
+        if prev is not None:
             schema = SOFTIRQ_DURATION.schema
-            for kind in np.flatnonzero((cur != prev).any(axis=1)).tolist():
-                counts, _reset = h2.delta(cur[kind], prev[kind])
-                for rec in histogram_records(schema, (SOFTIRQ_KINDS[kind],),
-                                             (window,), counts):
-                    h.write(schema.pack(*rec))
-        h = self.handles.get(SOFTIRQ_TIME.schema.name)
-        if h is not None and h.word.value:
-            ns = self._times["time_ns"]
-            pack = SOFTIRQ_TIME.schema.pack
-            for cpu in np.flatnonzero(ns.any(axis=1)).tolist():
-                h.write(pack(cpu, *ns[cpu].tolist()))
+            self.emit(schema, (
+                rec for kind in np.flatnonzero((cur != prev).any(axis=1)).tolist()
+                for rec in histogram_records(schema, (SOFTIRQ_KINDS[kind],), (window,),
+                                             h2.delta(cur[kind], prev[kind])[0])))
+        ns = self._times["time_ns"]
+        self.emit(SOFTIRQ_TIME.schema, ((cpu, *ns[cpu].tolist())
+                                        for cpu in np.flatnonzero(ns.any(axis=1)).tolist()))
 
     def close(self) -> None:
         self._times = self._durations = self._attached_ns = None  # type: ignore[assignment]

@@ -64,25 +64,16 @@ class NetworkTraffic(BpfSampler):
         sums = {f: int(tr[f].sum()) for f in tr.dtype.names or ()}
         return sums, self._drops["drops"].sum(axis=0)
 
-    def publish(self, t_ns: int) -> None:
+    def publish(self) -> None:
         self.window()
-        traffic = self.handles.get(NETWORK_TRAFFIC.schema.name)
-        drops = self.handles.get(NETWORK_DROPS.schema.name)
-        want_traffic = traffic is not None and traffic.word.value
-        want_drops = drops is not None and drops.word.value
-        if not (want_traffic or want_drops):
+        if not (self.enabled(NETWORK_TRAFFIC.schema) or self.enabled(NETWORK_DROPS.schema)):
             return
         sums, by_reason = self.totals()
-        if want_traffic:
-            assert traffic is not None
-            traffic.write(NETWORK_TRAFFIC.schema.pack(
-                sums["rx_bytes"], sums["tx_bytes"], sums["rx_packets"], sums["tx_packets"],
-                int(by_reason.sum())))
-        if want_drops:
-            assert drops is not None
-            pack = NETWORK_DROPS.schema.pack
-            for slot in np.flatnonzero(by_reason).tolist():
-                drops.write(pack(self._reasons[slot], int(by_reason[slot])))
+        self.emit(NETWORK_TRAFFIC.schema, [(
+            sums["rx_bytes"], sums["tx_bytes"], sums["rx_packets"], sums["tx_packets"],
+            int(by_reason.sum()))])
+        self.emit(NETWORK_DROPS.schema, ((self._reasons[slot], int(by_reason[slot]))
+                                         for slot in np.flatnonzero(by_reason).tolist()))
 
     def close(self) -> None:
         self._traffic = self._drops = None  # type: ignore[assignment]

@@ -35,15 +35,13 @@ class SchedulerRunqueue(BpfSampler):
         # Timestamps the programs stored before this (an earlier attachment) are ignored.
         self._attached_ns[0] = now_ns
 
-    def publish(self, t_ns: int) -> None:
+    def publish(self) -> None:
         self.publish_histograms(self.window())
-        h = self.handles.get(SCHEDULER_SWITCHES.schema.name)
-        if h is not None and h.word.value:
-            sw = self._switches
-            vol, inv, idle = sw["voluntary"], sw["involuntary"], sw["idle"]
-            pack = SCHEDULER_SWITCHES.schema.pack
-            for cpu in np.flatnonzero(vol | inv | idle).tolist():
-                h.write(pack(cpu, int(vol[cpu]), int(inv[cpu]), int(idle[cpu])))
+        sw = self._switches
+        vol, inv, idle = sw["voluntary"], sw["involuntary"], sw["idle"]
+        self.emit(SCHEDULER_SWITCHES.schema, (
+            (cpu, int(vol[cpu]), int(inv[cpu]), int(idle[cpu]))
+            for cpu in np.flatnonzero(vol | inv | idle).tolist()))
 
     def close(self) -> None:
         self._switches = self._attached_ns = None  # type: ignore[assignment]

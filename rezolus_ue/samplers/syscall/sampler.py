@@ -67,22 +67,18 @@ class Syscall(BpfSampler):
         # first record after this attach, which covers only the attached time.
         self._latency_prev = self._latency.copy()
 
-    def publish(self, t_ns: int) -> None:
+    def publish(self) -> None:
         window = self.window()
         cur = self._latency.copy()
         counts, _reset = h2.delta(cur, self._latency_prev)
         self._latency_prev = cur
-        h = self.handles.get(SYSCALL_LATENCY.schema.name)
-        if h is not None and h.word.value:
-            schema = SYSCALL_LATENCY.schema
-            for code in np.flatnonzero(counts.sum(axis=1)).tolist():
-                for rec in histogram_records(schema, (_OPS[code],), (window,), counts[code]):
-                    h.write(schema.pack(*rec))
-        h = self.handles.get(SYSCALL.schema.name)
-        if h is not None and h.word.value:
-            pack = SYSCALL.schema.pack
-            for op, total in zip(_OPS, self._calls.sum(axis=0).tolist(), strict=True):
-                h.write(pack(op, total))
+        schema = SYSCALL_LATENCY.schema
+        self.emit(schema, (
+            rec for code in np.flatnonzero(counts.sum(axis=1)).tolist()
+            for rec in histogram_records(schema, (_OPS[code],), (window,), counts[code])))
+        self.emit(SYSCALL.schema, (
+            (op, total) for op, total in zip(_OPS, self._calls.sum(axis=0).tolist(),
+                                             strict=True)))
 
     def close(self) -> None:
         self._calls = self._latency = self._latency_prev = None  # type: ignore[assignment]

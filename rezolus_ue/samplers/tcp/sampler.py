@@ -30,13 +30,11 @@ class Tcp(BpfSampler):
     def setup(self, bpf: BpfObject) -> None:
         self._counters = bpf.array("counters")
 
-    def publish(self, t_ns: int) -> None:
+    def publish(self) -> None:
         self.publish_histograms(self.window())
-        h = self.handles.get(TCP_RETRANSMIT.schema.name)
-        if h is not None and h.word.value:
-            c = self._counters
-            h.write(TCP_RETRANSMIT.schema.pack(int(c["retransmits"].sum()),
-                                               int(c["retransmit_errors"].sum())))
+        c = self._counters
+        self.emit(TCP_RETRANSMIT.schema,
+                  [(int(c["retransmits"].sum()), int(c["retransmit_errors"].sum()))])
 
     def close(self) -> None:
         self._counters = None  # type: ignore[assignment]

@@ -47,13 +47,10 @@ class TcpTraffic(BpfSampler):
     def setup(self, bpf: BpfObject) -> None:
         self._counters = bpf.array("counters")
 
-    def publish(self, t_ns: int) -> None:
+    def publish(self) -> None:
         self.window()
-        h = self.handles.get(TCP_TRAFFIC.schema.name)
-        if h is None or not h.word.value:
-            return
         c = self._counters
-        h.write(TCP_TRAFFIC.schema.pack(*(int(c[f].sum()) for f in c.dtype.names or ())))
+        self.emit(TCP_TRAFFIC.schema, [tuple(int(c[f].sum()) for f in c.dtype.names or ())])
 
     def close(self) -> None:
         self._counters = None  # type: ignore[assignment]
