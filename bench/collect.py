@@ -104,7 +104,7 @@ def build_agent(names: tuple[str, ...] | None, dist: bool = True,
         if names is not None and name not in names:
             continue
         ctx = SamplerContext(Roots(), conf.samplers[name], agent.stats,
-                             lambda: list(agent.states.values()))
+                             lambda: list(agent.states.values()), agent.shared)
         s = cls(ctx)
         try:
             s.start()

@@ -28,6 +28,7 @@ from .errors import RezolusError, SamplerUnavailable
 from .metrics.types import Histogram
 from .publisher import Publisher
 from .samplers import REGISTRY, Roots, Sampler, SamplerContext
+from .samplers.base import SharedFiles
 
 log = logging.getLogger("rezolus_ue")
 
@@ -120,6 +121,8 @@ class Agent:
         self.runtime_dir = runtime_dir
         self.publisher: Publisher | None = None
         self.states: dict[str, SamplerState] = {}
+        #: Files several samplers read every tick, read once per tick (SharedFiles).
+        self.shared = SharedFiles()
         self.sampler_errors = 0
         self._started_ns = time.monotonic_ns()
         self._status_key: tuple = ()
@@ -151,7 +154,7 @@ class Agent:
         roots = Roots(Path(str(a["procfs"])), Path(str(a["sysfs"])))
         cls = REGISTRY[name]
         ctx = SamplerContext(roots, self.config.samplers[name], self.stats,
-                             lambda: list(self.states.values()))
+                             lambda: list(self.states.values()), self.shared)
         sampler = cls(ctx)
         try:
             sampler.start()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from rezolus_ue import config
 from rezolus_ue.encoding import EventSchema
-from rezolus_ue.samplers.base import Roots, Sampler, SamplerContext
+from rezolus_ue.samplers.base import Roots, Sampler, SamplerContext, SharedFiles
 
 if TYPE_CHECKING:
     import numpy as np
@@ -66,20 +66,23 @@ def sampler_options(cls: type[Sampler], **over: object) -> dict[str, object]:
 
 
 def new_sampler(cls: type[SamplerT], procfs: Path = _DEFAULT_ROOTS.procfs,
-                sysfs: Path = _DEFAULT_ROOTS.sysfs, **over: object) -> SamplerT:
+                sysfs: Path = _DEFAULT_ROOTS.sysfs, *, shared: SharedFiles | None = None,
+                **over: object) -> SamplerT:
     """Return an unstarted ``cls`` reading these roots, with its default options but
-    ``over``."""
-    return cls(SamplerContext(Roots(procfs=procfs, sysfs=sysfs), sampler_options(cls, **over)))
+    ``over``; ``shared`` as the agent hands the same one to all its samplers."""
+    return cls(SamplerContext(Roots(procfs=procfs, sysfs=sysfs), sampler_options(cls, **over),
+                              shared=shared or SharedFiles()))
 
 
 def start_sampler(cls: type[SamplerT], procfs: Path = _DEFAULT_ROOTS.procfs,
                   sysfs: Path = _DEFAULT_ROOTS.sysfs, *, enabled: bool = True,
                   handles: Mapping[str, FakeHandle] | None = None,
+                  shared: SharedFiles | None = None,
                   **over: object) -> tuple[SamplerT, dict[str, FakeHandle]]:
     """Return a started ``cls`` (see new_sampler) and the handles it is bound to: by
     default one FakeHandle per event, all ``enabled`` or all not. (``enabled`` is the
     handles' state, not the common sampler option of that name.)"""
-    s = new_sampler(cls, procfs, sysfs, **over)
+    s = new_sampler(cls, procfs, sysfs, shared=shared, **over)
     s.start()
     if handles is None:
         handles = {e.name: FakeHandle(enabled) for e in cls.events()}

@@ -33,6 +33,7 @@ from helpers import (
 )
 
 from rezolus_ue.errors import SamplerUnavailable
+from rezolus_ue.samplers.base import SharedFiles
 from rezolus_ue.samplers.scheduler import SCHEDULER, SCHEDULER_CPU
 from rezolus_ue.samplers.scheduler.sampler import (
     Scheduler,
@@ -116,8 +117,10 @@ def test_parse_schedstat(text: bytes, version: int, rows: list[tuple[int, ...]])
 # --- the sampler against a fixture procfs root -----------------------------------------
 
 
-def make_sampler(procfs: Path, enabled: bool = True) -> tuple[Scheduler, dict[str, FakeHandle]]:
-    return start_sampler(Scheduler, procfs, procfs / "no-sysfs", enabled=enabled)
+def make_sampler(procfs: Path, enabled: bool = True, shared: SharedFiles | None = None,
+                 ) -> tuple[Scheduler, dict[str, FakeHandle]]:
+    return start_sampler(Scheduler, procfs, procfs / "no-sysfs", enabled=enabled,
+                         shared=shared)
 
 
 def decode(h: dict[str, FakeHandle]) -> dict[str, list[dict]]:
@@ -212,8 +215,9 @@ def test_sampler_shares_each_ticks_proc_stat_with_cpu_usage(tmp_path: Path) -> N
     cpu_dir = tmp_path / "sys" / "devices" / "system" / "cpu"
     cpu_dir.mkdir(parents=True)
     (cpu_dir / "online").write_text("0-1\n")
-    cpu, _hc = start_sampler(CpuUsage, tmp_path, tmp_path / "sys")
-    s, h = make_sampler(tmp_path)
+    shared = SharedFiles()  # the agent's, handed to both
+    cpu, _hc = start_sampler(CpuUsage, tmp_path, tmp_path / "sys", shared=shared)
+    s, h = make_sampler(tmp_path, shared=shared)
     try:
         cpu.sample(1_000_000_000)
         replace_in_place(tmp_path / "stat", b"ctxt 9860713", b"ctxt 9860813")

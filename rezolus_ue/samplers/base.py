@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..config import SAMPLER_OPTIONS, Option
 from ..encoding import EventSchema
 from ..metrics.family import Family, Oversampler
+from ..procfs import KeptOpen
 
 if TYPE_CHECKING:
     from ..publisher import EventHandle
@@ -27,6 +28,56 @@ class Roots:
     sysfs: Path = Path("/sys")
 
 
+class SharedFiles:
+    """procfs files several samplers read every tick (``/proc/stat``: cpu_usage and
+    scheduler), owned by the agent and handed to each sampler in its context: a file is
+    opened by the first sampler that asks (``open``) and closed when the last holder
+    closes its handle; ``read_at`` with the tick's stamp reads it once per tick."""
+
+    def __init__(self) -> None:
+        self._files: dict[Path, list] = {}  # path -> [KeptOpen, holders]
+
+    def open(self, path: Path) -> SharedFile:
+        """Return a handle on the file at ``path`` (raising as KeptOpen does)."""
+        entry = self._files.get(path)
+        if entry is None:
+            entry = self._files[path] = [KeptOpen(path), 0]
+        entry[1] += 1
+        return SharedFile(self, path, entry[0])
+
+    def _release(self, path: Path) -> None:
+        entry = self._files[path]
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del self._files[path]
+            entry[0].close()
+
+
+class SharedFile:
+    """One sampler's handle on a file of ``SharedFiles``."""
+
+    __slots__ = ("_file", "_owner", "path")
+
+    def __init__(self, owner: SharedFiles, path: Path, file: KeptOpen) -> None:
+        self._owner, self.path, self._file = owner, path, file
+
+    def read(self) -> bytes:
+        """Return the file's current contents."""
+        assert self._file is not None, "read after close"
+        return self._file.read()
+
+    def read_at(self, t_ns: int | None) -> bytes:
+        """Return the contents as read at tick stamp ``t_ns`` (``KeptOpen.read_at``)."""
+        assert self._file is not None, "read after close"
+        return self._file.read_at(t_ns)
+
+    def close(self) -> None:
+        """Let go of the file (idempotent); the last holder closes it."""
+        if self._file is not None:
+            self._file = None
+            self._owner._release(self.path)
+
+
 @dataclass
 class SamplerContext:
     """What a sampler gets from the agent."""
@@ -37,6 +88,9 @@ class SamplerContext:
     agent_stats: Callable[[], Mapping[str, int]] = field(default=lambda: {})
     #: The agent's per-sampler states, for the agent sampler.
     sampler_states: Callable[[], Sequence[object]] = field(default=lambda: ())
+    #: Files read by several samplers, one read per tick (the agent's; else this
+    #: sampler's own).
+    shared: SharedFiles = field(default_factory=SharedFiles)
 
 
 class Sampler(ABC):
@@ -270,7 +324,7 @@ class FamilySampler(Sampler):
         self._over = {f: Oversampler(f) for f in self.families}
         self._fresh: set[Family] = set()
         #: The agent tick's time stamp while ``read`` runs inside ``sample`` (else None):
-        #: samplers sharing a file read it once per tick with ``Shared.read_at``.
+        #: samplers sharing a file (``ctx.shared``) read it once per tick with ``read_at``.
         self._sample_ns: int | None = None
         #: (t_ns, families whose _dist event was enabled, capture) not parsed yet.
         self._pending: list[tuple[int, set[Family], object]] = []

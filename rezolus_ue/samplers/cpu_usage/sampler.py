@@ -8,7 +8,7 @@ from operator import sub
 
 from ...metrics.family import Family
 from ...perf_event import parse_cpu_list
-from ...procfs import KeptOpen, shared
+from ...procfs import KeptOpen
 from ..base import FamilySampler
 from . import CPU_CORES, CPU_USAGE, FAMILIES
 
@@ -63,11 +63,12 @@ class CpuUsage(FamilySampler):
 
     def start(self) -> None:
         # Shared with the scheduler sampler: one read of /proc/stat per agent tick.
-        self._stat = shared(self.ctx.roots.procfs / "stat")
+        self._stat = self.ctx.shared.open(self.ctx.roots.procfs / "stat")
         try:
             self._online = KeptOpen(self.ctx.roots.sysfs / "devices/system/cpu/online")
         except BaseException:
-            self._stat.close()  # the agent does not close() a sampler that failed to start
+            # The agent does not close() a sampler that failed to start.
+            self._stat.close()
             raise
         self._tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
         self._prev: dict[int, tuple[int, ...]] = {}

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from ...errors import RezolusError, SamplerUnavailable
 from ...metrics.family import Family
-from ...procfs import KeptOpen, shared
+from ...procfs import KeptOpen
 from ..base import FamilySampler
 from . import FAMILIES, SCHEDULER, SCHEDULER_CPU
 
@@ -74,7 +74,7 @@ class Scheduler(FamilySampler):
         procfs = self.ctx.roots.procfs
         try:
             # Shared with the cpu_usage sampler: one read of /proc/stat per agent tick.
-            self._stat = shared(procfs / "stat")
+            self._stat = self.ctx.shared.open(procfs / "stat")
         except (OSError, RezolusError) as e:
             raise SamplerUnavailable(self.name, str(e)) from None
         self._schedstat: KeptOpen | None = None
