@@ -33,15 +33,10 @@ consumer has one of the events enabled. Histograms and per-CPU counters are kept
 ``BPF_F_MMAPABLE`` arrays, cumulative across unloads, read through mmap; the in-flight map
 is not kept, so a request issued before an attach is not timed.
 
-Measured cost (2-vCPU VM, Linux 6.18; kernel.bpf_stats_enabled run_time_ns / run_cnt over
-6000 4 KiB O_DIRECT IOs on a loop device): block_rq_issue 350-470 ns (tp_btf), 450-480 ns
-(raw_tp), 410-460 ns (tracepoint), mostly the in-flight LRU hash insert; block_rq_complete
-210-300 ns (tp_btf), 330-350 ns (raw_tp), ~310 ns (tracepoint): under 1 us per request.
-Activation (load, verify, attach) 35-55 ms; the in-flight map locks 1.4 MB while loaded.
-One publish of the three events with four operations seen: median 0.5 ms of CPU. The
-kernel skips a BPF program that would nest in another on the same CPU: with the classic
-tracepoint about one completion in a thousand was missed so (its request is then neither
-counted nor timed); none with tp_btf or raw_tp.
+The kernel skips a BPF program that would nest in another on the same CPU: with the
+classic tracepoint about one completion in a thousand was missed so (its request is then
+neither counted nor timed); none with tp_btf or raw_tp. The in-flight map locks 1.4 MB
+while loaded. Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 """
 
 from __future__ import annotations

@@ -28,12 +28,7 @@ Events: ``rezolus_cgroup_scheduler`` (per cgroup with a slot, and ``(other)``: c
 totals), ``rezolus_cgroup_runqueue_latency`` (per cgroup with waits in the interval: H2
 histogram with ``attached_ns``). Demand-driven like every ``BpfSampler``.
 
-Measured cost (2-vCPU VM shared with other work, Linux 6.18; kernel.bpf_stats_enabled
-run_time_ns / run_cnt over 1.5 s of a pipe ping-pong between two processes, two runs),
-per event with tp_btf: sched_switch 210-240 ns, sched_wakeup 115-125 ns,
-sched_stat_runtime 135-150 ns (about as many as switches), sched_wakeup_new ~1.5-2 us
-(a new task: map insert); raw_tp 15-45% more, tracepoint about the same as tp_btf. About
-0.5 us per switch-and-wakeup pair in all.
+Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 """
 
 from __future__ import annotations

@@ -14,10 +14,7 @@ Events: ``rezolus_cpu_migrations`` (per CPU with any migration: totals since the
 were first loaded). ``perf_software``'s ``cpu_migrations`` counts the same moves with a
 perf counter, per destination CPU only.
 
-Measured cost (2-vCPU VM shared with other work, Linux 6.18; kernel.bpf_stats_enabled
-run_time_ns / run_cnt over 1.5 s of a process flipping its affinity between CPU 0 and 1,
-two runs): 240-270 ns per migration with tp_btf, 180-200 ns raw_tp, ~150 ns tracepoint
-(the two atomic adds on lines other CPUs also write dominate).
+Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 """
 
 from __future__ import annotations

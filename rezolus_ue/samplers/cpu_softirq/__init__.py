@@ -12,8 +12,7 @@ Source: ``/proc/softirqs`` (Linux >= 2.6.31): a header of CPU columns ``CPU0 CPU
 A row shorter than the header (never seen, but cheap to survive) reads 0 for the missing
 CPUs. The counts are softirq handler runs, not raises.
 Events: ``rezolus_cpu_softirq`` (+ ``_dist``: per-second rate of each kind).
-Cost of ``read()`` (CPU time, 2-vCPU Linux 6.18 VM): 16-22 us back to back, 80-90 us right
-after the agent's 100 ms sleep (110 us before SoftirqReader).
+Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 """
 
 from __future__ import annotations

@@ -17,10 +17,7 @@ programs were first loaded), ``rezolus_softirq_duration`` (per kind that ran in 
 interval: H2 histogram of handler run times with ``attached_ns``). Demand-driven like every
 ``BpfSampler``: attached only while a consumer has one of these events enabled.
 
-Measured cost (2-vCPU VM shared with other work, Linux 6.18; kernel.bpf_stats_enabled
-run_time_ns / run_cnt over 1.5 s of loopback TCP traffic, two runs): softirq_entry 90-110
-ns and softirq_exit 145-165 ns with tp_btf (raw_tp 90-150 / 145-225, tracepoint 105-130 /
-180-195), i.e. about 0.25 us per softirq handler run.
+Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 """
 
 from __future__ import annotations

@@ -5,8 +5,7 @@ Sources: ``/proc/stat`` lines ``cpuN user nice system idle iowait irq softirq st
 ``/sys/devices/system/cpu/online``. ``/proc/stat`` is opened shared with the scheduler
 sampler: in one agent tick the kernel formats it once for both (the agent's ``SharedFiles``).
 Events: ``rezolus_cpu_usage`` (+ ``_dist``: busy_ppm per sample), ``rezolus_cpu_cores``.
-Cost of ``read()`` of both families (CPU time, 2-vCPU Linux 6.18 VM, 2 CPUs): 24-30 us back
-to back, 140-160 us right after the agent's 100 ms sleep (cold caches).
+Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 """
 
 from __future__ import annotations

@@ -27,10 +27,7 @@ decode the same bytes with pyroute2 and compare.
 Interfaces are those of the agent's network namespace, as ``ip link`` lists them; names
 are at most 15 bytes (IFNAMSIZ - 1), so they fit the char[16] label.
 Events: ``rezolus_network_interface`` (+ ``_dist``: per-second rates between samples).
-Cost of ``read()`` (median of 1000, Linux 6.18 VM with 2 vCPUs, 4 links): 22-38 us with
-netlink, 43-70 us with sysfs (8 preads per link); with netlink 140-155 us right after the
-agent's 100 ms sleep (cold caches), of which polling the monitor costs ~20 us (a recv
-raising BlockingIOError cost ~60).
+Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 """
 
 from __future__ import annotations

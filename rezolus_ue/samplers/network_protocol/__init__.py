@@ -18,10 +18,7 @@ and TCPTimeouts are already in 2.6 kernels. A name a kernel lacks (or a missing
 The Tcp and TcpExt counters cover TCP over IPv4 and IPv6 (one MIB); the Udp counters are
 IPv4 only (IPv6 UDP is counted in /proc/net/snmp6 as Udp6*).
 Events: ``rezolus_tcp`` and ``rezolus_udp`` (+ ``_dist``: per-second rates between samples).
-Cost of ``read()`` (median of 1000, Linux 6.18 VM with 2 vCPUs, both families): 43-72 us
-(175-185 us right after the agent's 100 ms sleep; 220-270 us before TableReader),
-most of it the kernel printing the two files (netstat alone ~35 us: it folds ~300
-per-CPU counters, TcpExt, IpExt and MPTcpExt, for every read).
+Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 """
 
 from __future__ import annotations

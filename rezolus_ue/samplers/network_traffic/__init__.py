@@ -18,10 +18,7 @@ Counters are per CPU, one cache line each (``traffic``) and 256 reason slots eac
 (``drops``), in ``BPF_F_MMAPABLE`` arrays kept across unloads; ``publish`` sums them over
 CPUs from the mmapped views (no syscall).
 
-Measured cost (Linux 6.18, 2 vCPUs shared with other work, load ~9; kernel.bpf_stats_enabled
-run_time_ns / run_cnt over five 8 MiB loopback transfers and 2000 dropped datagrams):
-40-60 ns per event on each hook, the same for tp_btf, raw_tp and tracepoint (a per-CPU
-line, no atomics, no map lookups but the line's). One publish: ~20 us (median).
+Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 """
 
 from __future__ import annotations

@@ -18,8 +18,7 @@ Sources:
   ``rezolus_scheduler_cpu`` is not published and ``detail`` says why.
 
 Events: ``rezolus_scheduler`` (+ ``_dist``), ``rezolus_scheduler_cpu`` (+ ``_dist``).
-Cost of ``read()`` (CPU time, 2-vCPU Linux 6.18 VM without schedstats): 13-17 us back to
-back, 70-76 us right after the agent's 100 ms sleep when it reads /proc/stat itself.
+Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 """
 
 from __future__ import annotations

@@ -20,12 +20,7 @@ programs are loaded and attached only while a consumer has one of these events e
 the last leaves. The histograms are cumulative ``BPF_F_MMAPABLE`` arrays kept across
 unloads and read through mmap; ``publish`` takes the interval's delta (``h2.delta``).
 
-Measured cost (2-vCPU VM, Linux 6.18; kernel.bpf_stats_enabled run_time_ns/run_cnt):
-start (probe + load + verify) 45-180 ms; per event, sched_switch 500-640 ns, sched_wakeup
-280-340 ns, about 1 us per switch-and-wakeup pair; ``perf bench sched messaging`` was not
-measurably slower attached than detached (the run-to-run noise, +-15%, is larger). One
-publish of all four events: 55-140 us of CPU on a quiet machine, ~0.6 ms with both CPUs
-saturated by the benchmark.
+Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 """
 
 from __future__ import annotations

@@ -24,19 +24,8 @@ one array) are ``BPF_F_MMAPABLE`` maps kept across unloads and read through mmap
 publish makes no syscall to read them. Each thread's enter time lives in BPF task
 storage, created with the programs and gone with them.
 
-Measured cost (2-vCPU VM, Linux 6.18, shared and noisy: compare figures of one run
-only). Per syscall, ``getppid`` in a loop, minimum over 9 interleaved rounds: 143 ns bare;
-168 with two programs that return at once (the raw_syscalls slow path and two BPF calls:
-the floor of any raw_syscalls consumer); 172 counting only; 193 with ``latency_sample =
-64``, 201 with 8; 277 timing every call (this default: two clock reads, task storage,
-the histogram add). ``perf bench sched messaging -g 10 -l 250`` (2M syscalls), CPU time
-of the workload, median of 11 interleaved rounds (bench/overhead.py): those do-nothing
-programs alone +9.1%; scheduler_runqueue + this sampler +18.7% timing every call, +12.4%
-at ``latency_sample = 16``; bpftrace doing the same work (runqlat, syscall counts and a
-latency histogram) +56.5%. A plain per-CPU increment instead of the atomic one measured
-the same. One publish (11 histogram and 16 counter records, fake handles: no write
-syscalls) took 0.5-0.9 ms of CPU, mostly H2 percentiles and record packing. The object
-loads and counts on the VM tier's Linux 6.12 too (tp_btf, raw_tp and tracepoint).
+The object loads and counts on the VM tier's Linux 6.12 too (tp_btf, raw_tp and
+tracepoint). Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 """
 
 from __future__ import annotations

@@ -21,12 +21,7 @@ Events: ``rezolus_tcp_packet_latency``, ``rezolus_tcp_srtt``, ``rezolus_tcp_jitt
 ``attached_ns``; ``rezolus_tcp_retransmit``: retransmitted (and, where the kernel traces
 them, failed) segments, totals since the programs were first loaded.
 
-Measured cost (Linux 6.18, 2 vCPUs shared with other work, load ~9; kernel.bpf_stats_enabled
-run_time_ns / run_cnt over five 8 MiB loopback transfers), per event: tcp_probe 240-300
-ns (two histogram updates, a hash lookup), tcp_rcv_space_adjust 250-350 ns,
-inet_sock_set_state 450-600 ns and tcp_destroy_sock 400-530 ns (LRU hash updates and
-deletes), tcp_retransmit_skb ~1 us (3 samples, cold); the attach kinds are within the
-noise of each other. One publish (four histograms, one counter record): ~55 us (median).
+Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 """
 
 from __future__ import annotations

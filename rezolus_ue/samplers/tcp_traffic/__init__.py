@@ -16,12 +16,7 @@ Events: ``rezolus_tcp_traffic``: rx/tx bytes and calls (Rezolus's tcp_bytes and
 tcp_packets by direction), totals since the programs were first loaded, counted while
 attached; per CPU cache-line counters summed from an mmapped array.
 
-Measured cost: only in the VM (Linux 6.12 under TCG emulation on a loaded 2-vCPU host,
-where network_traffic's programs cost 6-12x their host figures; the host has neither hook
-kind). kernel.bpf_stats_enabled run_time_ns / run_cnt over 20 1 MiB loopback transfers,
-three runs: the averages swing from 0.9 to 22 us per call with emulation outliers and show
-no steady order between the kinds; the lowest seen were fexit tcp_sendmsg 1.4 us,
-kretprobe 0.9 us, fentry tcp_cleanup_rbuf 2.4 us, kprobe 2.2 us.
+Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 """
 
 from __future__ import annotations
