@@ -56,3 +56,25 @@ def test_every_bpf_source_and_header_belongs_to_a_bpf_sampler() -> None:
     headers = {p.name.removesuffix(".h") for p in build.SOURCE_DIR.glob("*.h")}
     assert sources == bpf
     assert headers == bpf, "shared headers belong in bpf/include/"
+
+
+def test_readme_layout_names_paths_that_exist_and_every_top_level_folder() -> None:
+    root = build.ROOT
+    text = (root / "README.md").read_text()
+    section = text[text.index("## Layout"):]
+    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    listed = [line.split("`")[1] for line in section.splitlines() if line.startswith("| `")]
+    missing = [p for p in listed if not (root / p).exists()]
+    assert not missing, f"README's layout names paths that do not exist: {missing}"
+    folders = {p.name + "/" for p in root.iterdir()
+               if p.is_dir() and not p.name.startswith(".") and _tracked(root, p.name)}
+    assert folders <= set(listed), f"top-level folders missing from README's layout:" \
+                                   f" {folders - set(listed)}"
+
+
+def _tracked(root: Path, name: str) -> bool:
+    import subprocess
+
+    out = subprocess.run(["git", "-C", str(root), "ls-files", name], capture_output=True,
+                         text=True)
+    return bool(out.stdout.strip())

@@ -24,6 +24,7 @@ NAMES = (
     "cpu_softirq_time",
     "cpu_frequency",
     "cpu_migrations",
+    "cpu_interrupts",
     "scheduler",
     "scheduler_runqueue",
     "syscall",
