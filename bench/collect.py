@@ -103,8 +103,7 @@ def build_agent(names: tuple[str, ...] | None, dist: bool = True,
     for name, cls in REGISTRY.items():
         if names is not None and name not in names:
             continue
-        ctx = SamplerContext(Roots(), conf.samplers[name], agent.stats,
-                             lambda: list(agent.states.values()), agent.shared)
+        ctx = SamplerContext(Roots(), conf.samplers[name], agent, agent.shared)
         s = cls(ctx)
         try:
             s.start()

@@ -153,8 +153,7 @@ class Agent:
         a = self.config.agent
         roots = Roots(Path(str(a["procfs"])), Path(str(a["sysfs"])))
         cls = REGISTRY[name]
-        ctx = SamplerContext(roots, self.config.samplers[name], self.stats,
-                             lambda: list(self.states.values()), self.shared)
+        ctx = SamplerContext(roots, self.config.samplers[name], self, self.shared)
         sampler = cls(ctx)
         try:
             sampler.start()
@@ -236,6 +235,10 @@ class Agent:
     def event_names(self) -> list[str]:
         """Return the names of the registered events."""
         return list(self.publisher.handles) if self.publisher else []
+
+    def sampler_states(self) -> list[SamplerState]:
+        """Return every configured sampler's state (for the agent sampler)."""
+        return list(self.states.values())
 
     def stats(self) -> dict[str, int]:
         """Return the self-metrics published in rezolus_agent."""

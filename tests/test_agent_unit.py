@@ -382,9 +382,22 @@ def fake_procfs(root: Path, threads: int = 37, fds: int = 3) -> None:
         (root / "self" / "fd" / str(i)).write_text("")
 
 
+class FakeAgentView:
+    """The agent as the agent sampler sees it (SamplerContext.agent)."""
+
+    def __init__(self, stats: Mapping[str, int], states: Sequence[SamplerState]) -> None:
+        self._stats, self._states = stats, states
+
+    def stats(self) -> Mapping[str, int]:
+        return self._stats
+
+    def sampler_states(self) -> list[SamplerState]:
+        return list(self._states)
+
+
 def make_agent_sampler(procfs: Path, stats: Mapping[str, int],
                        states: Sequence[SamplerState] = ()) -> AgentSelf:
-    ctx = SamplerContext(Roots(procfs=procfs), {}, lambda: stats, lambda: list(states))
+    ctx = SamplerContext(Roots(procfs=procfs), {}, FakeAgentView(stats, states))
     sampler = AgentSelf(ctx)
     sampler.start()
     return sampler

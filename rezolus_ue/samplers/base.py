@@ -9,11 +9,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ..config import SAMPLER_OPTIONS, Option
 from ..encoding import EventSchema
 from ..metrics.family import Family, Oversampler
+from ..metrics.types import Histogram
 from ..procfs import KeptOpen
 
 if TYPE_CHECKING:
@@ -78,16 +79,39 @@ class SharedFile:
             self._owner._release(self.path)
 
 
+class SamplerStatus(Protocol):
+    """What the agent knows about one configured sampler (``agent.SamplerState``)."""
+
+    name: str
+    reason: str
+    last_error: str
+    errors: int
+    refreshes: int
+    cost_us: Histogram
+
+    @property
+    def state(self) -> str:
+        """Return what consumers are told: idle, active, failed, unavailable, disabled."""
+
+
+class AgentView(Protocol):
+    """What the agent shows of itself to the sampler that publishes its health (``agent``)."""
+
+    def stats(self) -> Mapping[str, int]:
+        """Return the agent's self-statistics (rezolus_agent's counters)."""
+
+    def sampler_states(self) -> Sequence[SamplerStatus]:
+        """Return every configured sampler's state."""
+
+
 @dataclass
 class SamplerContext:
     """What a sampler gets from the agent."""
 
     roots: Roots
     options: Mapping[str, object]
-    #: Agent self-statistics, for the agent sampler (name -> value).
-    agent_stats: Callable[[], Mapping[str, int]] = field(default=lambda: {})
-    #: The agent's per-sampler states, for the agent sampler.
-    sampler_states: Callable[[], Sequence[object]] = field(default=lambda: ())
+    #: The agent itself, for the sampler publishing its health (None outside an agent).
+    agent: AgentView | None = None
     #: Files read by several samplers, one read per tick (the agent's; else this
     #: sampler's own).
     shared: SharedFiles = field(default_factory=SharedFiles)

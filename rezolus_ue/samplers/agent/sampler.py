@@ -6,7 +6,7 @@ import os
 
 from ...metrics.family import sparse_histogram_records
 from ...procfs import KeptOpen
-from ..base import Sampler
+from ..base import AgentView, Sampler
 from . import AGENT, AGENT_SAMPLER, AGENT_STATUS, FAMILIES, STATUS_CODES, STATUS_TEXT_MAX
 
 
@@ -47,26 +47,29 @@ class AgentSelf(Sampler):
         self._fds_by_size = fds_by_size(self._fd_dir)
 
     def publish(self) -> None:
+        agent = self.ctx.agent
+        if agent is None:
+            return
         if self.enabled(AGENT.schema):
-            self.emit(AGENT.schema, [self._self_stats()])
-        states = self.ctx.sampler_states()
+            self.emit(AGENT.schema, [self._self_stats(agent)])
+        states = agent.sampler_states()
         schema = AGENT_SAMPLER.schema
         enabled = self.enabled(schema)
         for st in states:
             # Close every interval even when unwatched, so the first record after a
             # consumer arrives covers one interval, not the agent's whole life.
-            index, count = st.cost_us.interval_sparse()  # type: ignore[attr-defined]
+            index, count = st.cost_us.interval_sparse()
             if enabled:
-                scalars = (STATUS_CODES[st.state], st.refreshes, st.errors)  # type: ignore[attr-defined]
+                scalars = (STATUS_CODES[st.state], st.refreshes, st.errors)
                 self.emit(schema, sparse_histogram_records(
-                    schema, (st.name,), scalars, index, count))  # type: ignore[attr-defined]
+                    schema, (st.name,), scalars, index, count))
         self.emit(AGENT_STATUS.schema, (
-            (st.name, st.state, fit_text(st.reason), fit_text(st.last_error), st.errors)  # type: ignore[attr-defined]
+            (st.name, st.state, fit_text(st.reason), fit_text(st.last_error), st.errors)
             for st in states))
 
-    def _self_stats(self) -> tuple[int, ...]:
+    def _self_stats(self, agent: AgentView) -> tuple[int, ...]:
         """Return the rezolus_agent record: the agent's cost and health now."""
-        s = self.ctx.agent_stats()
+        s = agent.stats()
         t = os.times()
         rss = int(self._statm.read().split()[1]) * self._page
         # Field 20 of /proc/self/stat (after the parenthesised comm) is num_threads.
