@@ -558,10 +558,14 @@ class TwoFamilies(FamilySampler):
         self.n = 0
         self.reads = 0
 
-    def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+    def capture(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
         self.reads += 1
         self.n += 10
         return {f: {(): (self.n,)} for f in self.families if self.family_wanted(f)}
+
+    def parse(self, raw: Mapping[Family, Mapping[tuple, Sequence[int]]],
+              ) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        return raw
 
 
 def test_family_sampler_writes_only_enabled_events() -> None:

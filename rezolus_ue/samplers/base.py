@@ -319,29 +319,26 @@ class Unchanged:
 
 
 class FamilySampler(Sampler):
-    """A sampler that reads rows of counters and gauges: implement ``read``, or split it
-    into ``capture`` (the I/O) and ``parse`` (pure, in capture order).
+    """A sampler that reads rows of counters and gauges, in one shape: ``capture`` (the
+    I/O) and ``parse`` (turning a capture into rows, in capture order).
 
-    ``read`` returns, for each family it could read this time, ``{labels: values}`` with
-    values in the family's scalar order (counter totals, gauge levels). Oversampling, rates,
-    percentiles and writing both events of each family are handled here.
+    ``parse`` returns, for each family it could read this time, ``{labels: values}`` with
+    values in the family's scalar order (counter totals, gauge levels); ``read`` is both
+    at once. Oversampling, rates, percentiles and writing both events of each family are
+    handled here.
 
-    A sampler with ``capture``/``parse`` only captures between publish ticks; its captures
-    are parsed in one pass at the publish tick. Why: the agent sleeps between ticks, so each
-    sample's Python runs with cold caches, at 1.6 to 6 times the cost of the same code run
-    again at once (reference VM, per sampler); ten parses in a row pay that about once.
-    Measured with the procfs samplers interleaved in one run: 1.26% of a core parsing at
-    every 100 ms sample, 1.09% capturing only. The records are the same, as every capture
-    keeps its own time stamp.
+    Between publish ticks a sampler only captures; its captures are parsed in one pass at
+    the publish tick. Why: the agent sleeps between ticks, so each sample's Python runs
+    with cold caches, at 1.6 to 6 times the cost of the same code run again at once
+    (reference VM, per sampler); ten parses in a row pay that about once. Measured with the
+    procfs samplers interleaved in one run: 1.26% of a core parsing at every 100 ms sample,
+    1.09% capturing only. The records are the same, as every capture keeps its own time
+    stamp.
     """
 
     #: Captures kept between publish ticks before they are parsed anyway (a bound, should
     #: publish ticks stop coming: 10 s at the shortest sample_interval).
     MAX_PENDING: ClassVar[int] = 100
-
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        cls._defers = cls.capture is not FamilySampler.capture
 
     def __init__(self, ctx: SamplerContext) -> None:
         super().__init__(ctx)
@@ -357,14 +354,14 @@ class FamilySampler(Sampler):
         """Return one sample of every wanted family this sampler can read."""
         return self.parse(self.capture())
 
+    @abstractmethod
     def capture(self) -> Any:
         """Read the sources of the wanted families (``family_wanted``); return what
         ``parse`` needs. I/O only: no parsing beyond what choosing the reads needs."""
-        raise NotImplementedError(f"{type(self).__name__} implements read()")
 
+    @abstractmethod
     def parse(self, raw: Any) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
         """Return the rows of a ``capture``; called once per capture, in capture order."""
-        raise NotImplementedError(f"{type(self).__name__} implements read()")
 
     def sample(self, t_ns: int, full: bool = True) -> None:
         dist = set()
@@ -377,9 +374,6 @@ class FamilySampler(Sampler):
                 reading.add(f)
         self._reading, self._sample_ns = reading, t_ns
         try:
-            if not self._defers:
-                self._add(t_ns, self.read() if reading else {}, dist)
-                return
             if reading:
                 self._pending.append((t_ns, dist, self.capture()))
         finally:

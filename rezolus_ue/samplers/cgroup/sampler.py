@@ -288,27 +288,34 @@ class Cgroups(FamilySampler):
                                       "io": "io"}[c] for c in self._missing) + " read 0")
         self.detail = "; ".join(parts)
 
-    def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+    def capture(self) -> list[tuple[str, bytes, bytes | None, bytes | None]] | None:
         if not self.family_wanted(CGROUP_FAMILY):
-            return {}
+            return None
         if self._clock() >= self._next_scan:
             self.rescan()
-        rows = {}
+        out = []
         gone = []
         for label, g in self._groups.items():
             try:
-                cpu = parse_cpu_stat(g.cpu.read())
-                mem = parse_memory_current(g.memory.read()) if g.memory is not None else 0
-                io = parse_io_stat(g.io.read()) if g.io is not None else _NO_IO
+                mem = g.memory.read() if g.memory is not None else None
+                out.append((label, g.cpu.read(), mem, g.io.read() if g.io is not None else None))
             except OSError as e:
                 if e.errno not in _GONE:
                     raise
                 gone.append(label)
-                continue
-            rows[(label,)] = (*cpu, mem, *io)
         for label in gone:
             self._groups.pop(label).close()
-        return {CGROUP_FAMILY: rows}
+        return out
+
+    def parse(self, raw: list[tuple[str, bytes, bytes | None, bytes | None]] | None,
+              ) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        if raw is None:
+            return {}
+        return {CGROUP_FAMILY: {
+            (label,): (*parse_cpu_stat(cpu),
+                       parse_memory_current(mem) if mem is not None else 0,
+                       *(parse_io_stat(io) if io is not None else _NO_IO))
+            for label, cpu, mem, io in raw}}
 
     def close(self) -> None:
         for g in getattr(self, "_groups", {}).values():

@@ -100,29 +100,41 @@ class CpuFrequency(FamilySampler):
             self._files = dict(sorted(self._files.items()))
         self._missing = still
 
-    def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+    def capture(self) -> bytes | list[tuple[int, bytes]] | None:
+        """/proc/cpuinfo's text, or each CPU's cpufreq file's."""
         if not self.family_wanted(CPU_FREQUENCY):
-            return {}
+            return None
         if self._cpuinfo is not None:
-            return {CPU_FREQUENCY: {(cpu,): (hz,)
-                                    for cpu, hz in parse_cpuinfo_mhz(self._cpuinfo.read())}}
+            return self._cpuinfo.read()
         if self._missing:
             self._rescan()
-        rows: dict[tuple, Sequence[int]] = {}
+        out = []
         failed = []
         for cpu, f in self._files.items():
             try:
-                rows[(cpu,)] = (parse_cpufreq_khz(f.read()),)
-            except (OSError, ValueError):
+                data = f.read()
+            except OSError:
+                data = b""
+            if not data.strip().isdigit():
                 # Offline CPU: sysfs answers ENODEV (file removed) or EBUSY (policy
                 # inactive). Reopen it later: a removed file's fd never reads again.
                 failed.append(cpu)
+                continue
+            out.append((cpu, data))
         for cpu in failed:
             self._files.pop(cpu).close()
             self._missing.append(cpu)
         if failed:
             self._next_scan = time.monotonic_ns() + RESCAN_NS
-        return {CPU_FREQUENCY: rows}
+        return out
+
+    def parse(self, raw: bytes | list[tuple[int, bytes]] | None,
+              ) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        if raw is None:
+            return {}
+        if isinstance(raw, bytes):
+            return {CPU_FREQUENCY: {(cpu,): (hz,) for cpu, hz in parse_cpuinfo_mhz(raw)}}
+        return {CPU_FREQUENCY: {(cpu,): (parse_cpufreq_khz(data),) for cpu, data in raw}}
 
     def close(self) -> None:
         for f in self._files.values():

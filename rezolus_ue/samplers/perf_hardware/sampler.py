@@ -81,16 +81,27 @@ class PerfHardware(PerCpuCounters):
                 f" fails (perf PMUs present: {pmus}); enable the virtual PMU in the hypervisor"
                 " (e.g. QEMU -cpu host, VMware vPMC) or run on bare metal")
 
-    def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+    def capture(self) -> list[tuple[int, list[tuple[int, int, int]]]] | None:
         if not self.family_wanted(PERF_HARDWARE):
+            return None
+        out = []
+        for cpu, evs in self._events:
+            counts = []
+            for ev in evs:
+                c = ev.read_counter()
+                counts.append((c.value, c.time_enabled or 0, c.time_running or 0))
+            out.append((cpu, counts))
+        return out
+
+    def parse(self, raw: list[tuple[int, list[tuple[int, int, int]]]] | None,
+              ) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        if raw is None:
             return {}
         rows = {}
-        for cpu, evs in self._events:
+        for cpu, counts in raw:
             prev, totals = self._prev[cpu], self._totals[cpu]
             deltas = []
-            for i, ev in enumerate(evs):
-                c = ev.read_counter()
-                now = (c.value, c.time_enabled or 0, c.time_running or 0)
+            for i, now in enumerate(counts):
                 d = scaled_delta(*now, prev[i])
                 prev[i] = now
                 totals[i] += d
