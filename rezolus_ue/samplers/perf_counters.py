@@ -18,6 +18,7 @@ from ..perf_event import (
     PERF_FORMAT_TOTAL_TIME_RUNNING,
     PerfEvent,
     PerfEventAttr,
+    online_cpus,
 )
 from .base import FamilySampler, SamplerContext
 
@@ -108,6 +109,15 @@ class PerCpuCounters(FamilySampler):
         super().__init__(ctx)
         self._events: list[tuple[int, tuple[PerfEvent, ...]]] = []
         self.oversample = self.bool_option("oversample")
+
+    def cpus_to_open(self) -> list[int]:
+        """Forget the counters, and return the online CPUs to open them on (raise
+        SamplerUnavailable if they cannot be read)."""
+        self._events = []
+        try:
+            return online_cpus(str(self.ctx.roots.sysfs))
+        except RezolusError as e:
+            raise SamplerUnavailable(self.name, str(e)) from None
 
     def close(self) -> None:
         for _cpu, evs in self._events:

@@ -9,7 +9,6 @@ from ...metrics.family import Family
 from ...perf_event import (
     PERF_TYPE_HARDWARE,
     PerfEvent,
-    online_cpus,
 )
 from ..perf_counters import (
     _HW_READ_FORMAT,
@@ -32,11 +31,7 @@ class PerfHardware(PerCpuCounters):
     options = OPTIONS
 
     def start(self) -> None:
-        self._events = []
-        try:
-            cpus = online_cpus(str(self.ctx.roots.sysfs))
-        except RezolusError as e:
-            raise SamplerUnavailable(self.name, str(e)) from None
+        cpus = self.cpus_to_open()
         group = self.bool_option("group")
         try:
             for cpu in cpus:

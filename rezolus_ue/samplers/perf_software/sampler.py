@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ...errors import RezolusError, SamplerUnavailable
+from ...errors import RezolusError
 from ...metrics.family import Family
 from ...perf_event import (
     PERF_FORMAT_GROUP,
     PERF_TYPE_SOFTWARE,
-    online_cpus,
 )
 from ..perf_counters import (
     SOFTWARE_COUNTERS,
@@ -28,11 +27,7 @@ class PerfSoftware(PerCpuCounters):
     options = OPTIONS
 
     def start(self) -> None:
-        self._events = []
-        try:
-            cpus = online_cpus(str(self.ctx.roots.sysfs))
-        except RezolusError as e:
-            raise SamplerUnavailable(self.name, str(e)) from None
+        cpus = self.cpus_to_open()
         try:
             for cpu in cpus:
                 self._events.append((cpu, open_group(PERF_TYPE_SOFTWARE, SOFTWARE_COUNTERS,
