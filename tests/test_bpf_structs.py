@@ -119,3 +119,31 @@ def test_global_variables_have_the_expected_sizes(objects: dict[str, Path]) -> N
         assert btf.datasec(".bss")["attached_ns"][1] == 8
     with Btf.parse(objects["tests/h2_test"]) as btf:
         assert btf.datasec(".bss")["data"][1] == H2_TEST_DTYPE.itemsize
+
+
+def _indices(header: str, prefix: str) -> list[str]:
+    """Return the names of ``#define <prefix><NAME> <i>`` in bpf/<header>, in index order."""
+    found = re.findall(rf"^#define {prefix}(\w+)\s+(\d+)", (build.SOURCE_DIR / header)
+                       .read_text(), re.M)
+    return [name for name, _ in sorted(found, key=lambda f: int(f[1]))]
+
+
+def test_c_indices_and_array_sizes_are_the_python_names(objects: dict[str, Path]) -> None:
+    """The C numbers slots (operations, error kinds, softirq vectors, drop reasons, syscall
+    families); Python names them: the compiled array sizes and the C order are Python's."""
+    from rezolus_ue.samplers.blockio_requests import BLOCKIO_ERROR_KINDS, BLOCKIO_OPS
+    from rezolus_ue.samplers.cpu_softirq import SOFTIRQ_KINDS
+    from rezolus_ue.samplers.network_traffic.sampler import DROP_REASONS
+    from rezolus_ue.samplers.syscall import table
+
+    assert _indices("blockio_requests.h", "BLOCKIO_OP_") == [o.upper() for o in BLOCKIO_OPS]
+    assert _indices("blockio_requests.h", "BLOCKIO_ERR_") == [
+        k.upper() for k in BLOCKIO_ERROR_KINDS]
+    blockio = _derived(objects["blockio_requests"], "blockio_requests_cpu")
+    assert blockio["errors"].shape == (len(BLOCKIO_OPS), len(BLOCKIO_ERROR_KINDS))
+    softirq = _derived(objects["cpu_softirq_time"], "softirq_time")
+    assert softirq["time_ns"].shape == (len(SOFTIRQ_KINDS),)
+    drops = _derived(objects["network_traffic"], "network_drop_reasons")
+    assert drops["drops"].shape == (DROP_REASONS,)
+    calls = _derived(objects["syscall"], "syscall_counts")
+    assert calls["calls"].shape == (len(table.FAMILIES),)
