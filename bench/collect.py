@@ -103,8 +103,7 @@ def build_agent(names: tuple[str, ...] | None, dist: bool = True,
     for name, cls in REGISTRY.items():
         if names is not None and name not in names:
             continue
-        ctx = SamplerContext(Roots(), conf.samplers[name], agent.stats,
-                             lambda: list(agent.states.values()))
+        ctx = SamplerContext(Roots(), conf.samplers[name], agent, agent.shared)
         s = cls(ctx)
         try:
             s.start()
@@ -134,7 +133,7 @@ def refresh_costs(agent: Agent, n: int = 100) -> dict[str, tuple[float, float]]:
             samples.append((time.perf_counter_ns() - t0) / 1000)
             if i % 10 == 9:
                 t0 = time.perf_counter_ns()
-                s.publish(time.monotonic_ns())
+                s.publish()
                 pubs.append((time.perf_counter_ns() - t0) / 1000)
             time.sleep(0.001)
         out[name] = (statistics.median(samples), statistics.median(pubs))

@@ -119,7 +119,7 @@ def ensure_built(names: list[str]) -> dict[str, str]:
     failed = {}
     for name in names:
         try:
-            build.build([bpf_samplers()[name].bpf_object])
+            build.build([name])
         except (RezolusError, OSError) as e:
             failed[name] = str(e).splitlines()[0] if str(e) else type(e).__name__
     return failed
@@ -129,7 +129,7 @@ def our_program_names() -> set[str]:
     """Return the names of every program (all attach variants) in our built objects."""
     names = set()
     for cls in bpf_samplers().values():
-        path = build.object_path(cls.bpf_object)
+        path = build.object_path(cls.name)
         if not path.exists():
             continue
         obj = Object(path)

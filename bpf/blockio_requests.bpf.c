@@ -2,7 +2,7 @@
 /*
  * blockio_requests: block IO request latency and size histograms, completed requests,
  * bytes and errors, each by operation (Rezolus's blockio requests/latency/errors
- * samplers). User space: rezolus_ue/samplers/blockio_requests.py.
+ * samplers). User space: rezolus_ue/samplers/blockio_requests/.
  *
  * Hooks, each in three variants of which user space loads one, chosen by probing the
  * kernel: tp_btf (blk_btf_*) > raw_tp (blk_raw_*) > tracepoint (blk_tp_*):

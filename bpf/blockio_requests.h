@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Structs and indices shared by blockio_requests.bpf.c and rezolus_ue/samplers/
- * blockio_requests.py (mirrored there once; tests/test_bpf_structs.py checks the struct
- * against the compiled object's BTF).
+ * Structs shared by blockio_requests.bpf.c and rezolus_ue/samplers/blockio_requests/, which
+ * reads their layout from the compiled object's BTF (no mirror in Python;
+ * tests/test_bpf_structs.py checks the derived layout against bpftool's).
  */
 #ifndef REZOLUS_UE_BLOCKIO_REQUESTS_H
 #define REZOLUS_UE_BLOCKIO_REQUESTS_H

@@ -2,7 +2,7 @@
 /*
  * cgroup_scheduler: per-cgroup CPU time, run-queue latency histogram, run-queue wait and
  * off-CPU time, context switches (Rezolus's cgroup_cpu_usage and cgroup_scheduler_*),
- * for a bounded set of cgroups. User space: rezolus_ue/samplers/cgroup_scheduler.py.
+ * for a bounded set of cgroups. User space: rezolus_ue/samplers/cgroup_scheduler/.
  *
  * Hooks, each in three variants of which user space loads one: tp_btf (cgs_btf_*) >
  * raw_tp (cgs_raw_*) > tracepoint (cgs_tp_*):

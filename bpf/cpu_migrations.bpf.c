@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * cpu_migrations: tasks moved between CPUs, per CPU and direction (Rezolus's
- * cpu_migrations). User space: rezolus_ue/samplers/cpu/migrations.py.
+ * cpu_migrations). User space: rezolus_ue/samplers/cpu_migrations/.
  *
  * Hook, in three variants of which user space loads one: tp_btf (mig_btf_*) > raw_tp
  * (mig_raw_*) > tracepoint (mig_tp_*):

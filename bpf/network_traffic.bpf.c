@@ -2,7 +2,7 @@
 /*
  * network_traffic: bytes and packets received and transmitted by every interface, and
  * dropped packets by reason (Rezolus's network traffic sampler, plus drops). User space:
- * rezolus_ue/samplers/network_traffic.py.
+ * rezolus_ue/samplers/network_traffic/.
  *
  * Hooks, each in three variants of which user space loads one, chosen by probing the
  * kernel: tp_btf (nt_btf_*) > raw_tp (nt_raw_*) > tracepoint (nt_tp_*):

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Structs shared by network_traffic.bpf.c and rezolus_ue/samplers/network_traffic.py
- * (mirrored there once as NumPy dtypes; tests/test_bpf_structs.py checks them against the
- * compiled object's BTF).
+ * Structs shared by network_traffic.bpf.c and rezolus_ue/samplers/network_traffic/, which
+ * reads their layout from the compiled object's BTF (no mirror in Python;
+ * tests/test_bpf_structs.py checks the derived layout against bpftool's).
  */
 #ifndef REZOLUS_UE_NETWORK_TRAFFIC_H
 #define REZOLUS_UE_NETWORK_TRAFFIC_H

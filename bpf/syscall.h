@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Shared by syscall.bpf.c and rezolus_ue/samplers/syscall (struct syscall_counts is
- * mirrored there once as a NumPy dtype; tests/test_bpf_structs.py checks it against the
- * compiled object's BTF).
+ * Shared by syscall.bpf.c and rezolus_ue/samplers/syscall/, which reads struct
+ * syscall_counts' layout from the compiled object's BTF (no mirror in Python;
+ * tests/test_bpf_structs.py checks the derived layout against bpftool's).
  */
 #ifndef REZOLUS_UE_SYSCALL_H
 #define REZOLUS_UE_SYSCALL_H

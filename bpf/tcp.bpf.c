@@ -2,7 +2,7 @@
 /*
  * tcp: packet latency, smoothed RTT and its deviation (jitter), connect latency and
  * retransmits, from tracepoints only (Rezolus's tcp_packet_latency, tcp_receive,
- * tcp_connect_latency and tcp_retransmit samplers). User space: rezolus_ue/samplers/tcp.py.
+ * tcp_connect_latency and tcp_retransmit samplers). User space: rezolus_ue/samplers/tcp/.
  * Bytes by direction need function hooks: tcp_traffic.bpf.c.
  *
  * Hooks, each in three variants of which user space loads one, chosen by probing the

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * tcp_traffic: TCP payload bytes and calls by direction, as the application sees them
- * (Rezolus's tcp_traffic sampler). User space: rezolus_ue/samplers/tcp_traffic.py.
+ * (Rezolus's tcp_traffic sampler). User space: rezolus_ue/samplers/tcp_traffic/.
  *
  * No tracepoint carries these, so the hooks are kernel functions, each in two variants of
  * which user space loads one, chosen by probing: fentry/fexit (tt_fentry_*, tt_fexit_*:

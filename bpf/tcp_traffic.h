@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Structs shared by tcp_traffic.bpf.c and rezolus_ue/samplers/tcp_traffic.py (mirrored
- * there once as a NumPy dtype; tests/test_bpf_structs.py checks it against the compiled
- * object's BTF).
+ * Structs shared by tcp_traffic.bpf.c and rezolus_ue/samplers/tcp_traffic/, which
+ * reads their layout from the compiled object's BTF (no mirror in Python;
+ * tests/test_bpf_structs.py checks the derived layout against bpftool's).
  */
 #ifndef REZOLUS_UE_TCP_TRAFFIC_H
 #define REZOLUS_UE_TCP_TRAFFIC_H

@@ -28,6 +28,7 @@ from .errors import RezolusError, SamplerUnavailable
 from .metrics.types import Histogram
 from .publisher import Publisher
 from .samplers import REGISTRY, Roots, Sampler, SamplerContext
+from .samplers.base import SharedFiles
 
 log = logging.getLogger("rezolus_ue")
 
@@ -120,6 +121,8 @@ class Agent:
         self.runtime_dir = runtime_dir
         self.publisher: Publisher | None = None
         self.states: dict[str, SamplerState] = {}
+        #: Files several samplers read every tick, read once per tick (SharedFiles).
+        self.shared = SharedFiles()
         self.sampler_errors = 0
         self._started_ns = time.monotonic_ns()
         self._status_key: tuple = ()
@@ -150,8 +153,7 @@ class Agent:
         a = self.config.agent
         roots = Roots(Path(str(a["procfs"])), Path(str(a["sysfs"])))
         cls = REGISTRY[name]
-        ctx = SamplerContext(roots, self.config.samplers[name], self.stats,
-                             lambda: list(self.states.values()))
+        ctx = SamplerContext(roots, self.config.samplers[name], self, self.shared)
         sampler = cls(ctx)
         try:
             sampler.start()
@@ -233,6 +235,10 @@ class Agent:
     def event_names(self) -> list[str]:
         """Return the names of the registered events."""
         return list(self.publisher.handles) if self.publisher else []
+
+    def sampler_states(self) -> list[SamplerState]:
+        """Return every configured sampler's state (for the agent sampler)."""
+        return list(self.states.values())
 
     def stats(self) -> dict[str, int]:
         """Return the self-metrics published in rezolus_agent."""
@@ -324,7 +330,7 @@ class Agent:
         try:
             sampler.sample(now_ns, publishing)
             if publishing:
-                sampler.publish(now_ns)
+                sampler.publish()
         except Exception as e:  # a sampler bug must not stop the others
             self._failed(st, "refresh", e)
         else:

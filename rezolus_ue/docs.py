@@ -82,8 +82,8 @@ def sampler_reference() -> str:
         "",
     ]
     for name, cls in REGISTRY.items():
-        module = inspect.getmodule(cls)
-        doc = inspect.cleandoc(module.__doc__ or "") if module else ""
+        package = sys.modules[cls.__module__.rpartition(".")[0]]  # the sampler's folder
+        doc = inspect.cleandoc(package.__doc__ or "")
         out += [f"## `{name}`", "", cls.summary(), "", doc, ""]
         out.append("Events: " + ", ".join(f"`{e.name}`" for e in cls.events()) + ".")
         if not cls.oversample:

@@ -14,11 +14,14 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from rezolus_ue import config
 from rezolus_ue.encoding import EventSchema
-from rezolus_ue.samplers.base import Roots, Sampler, SamplerContext
+from rezolus_ue.samplers.base import Roots, Sampler, SamplerContext, SharedFiles
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: ``REZOLUS_UE_UPDATE_GOLDEN=1`` rewrites the golden files from what the code gives now.
 UPDATE_GOLDEN = os.environ.get("REZOLUS_UE_UPDATE_GOLDEN") == "1"
@@ -63,20 +66,23 @@ def sampler_options(cls: type[Sampler], **over: object) -> dict[str, object]:
 
 
 def new_sampler(cls: type[SamplerT], procfs: Path = _DEFAULT_ROOTS.procfs,
-                sysfs: Path = _DEFAULT_ROOTS.sysfs, **over: object) -> SamplerT:
+                sysfs: Path = _DEFAULT_ROOTS.sysfs, *, shared: SharedFiles | None = None,
+                **over: object) -> SamplerT:
     """Return an unstarted ``cls`` reading these roots, with its default options but
-    ``over``."""
-    return cls(SamplerContext(Roots(procfs=procfs, sysfs=sysfs), sampler_options(cls, **over)))
+    ``over``; ``shared`` as the agent hands the same one to all its samplers."""
+    return cls(SamplerContext(Roots(procfs=procfs, sysfs=sysfs), sampler_options(cls, **over),
+                              shared=shared or SharedFiles()))
 
 
 def start_sampler(cls: type[SamplerT], procfs: Path = _DEFAULT_ROOTS.procfs,
                   sysfs: Path = _DEFAULT_ROOTS.sysfs, *, enabled: bool = True,
                   handles: Mapping[str, FakeHandle] | None = None,
+                  shared: SharedFiles | None = None,
                   **over: object) -> tuple[SamplerT, dict[str, FakeHandle]]:
     """Return a started ``cls`` (see new_sampler) and the handles it is bound to: by
     default one FakeHandle per event, all ``enabled`` or all not. (``enabled`` is the
     handles' state, not the common sampler option of that name.)"""
-    s = new_sampler(cls, procfs, sysfs, **over)
+    s = new_sampler(cls, procfs, sysfs, shared=shared, **over)
     s.start()
     if handles is None:
         handles = {e.name: FakeHandle(enabled) for e in cls.events()}
@@ -95,7 +101,7 @@ def sample_twice(s: Sampler, t0_ns: int = 1_000_000_000, t1_ns: int = 1_100_000_
     """Sample at ``t0_ns`` and ``t1_ns``, then publish at ``t1_ns``."""
     s.sample(t0_ns)
     s.sample(t1_ns)
-    s.publish(t1_ns)
+    s.publish()
 
 
 def assert_silent_without_consumer(s: Sampler, handles: Mapping[str, FakeHandle]) -> None:
@@ -104,7 +110,7 @@ def assert_silent_without_consumer(s: Sampler, handles: Mapping[str, FakeHandle]
     try:
         assert s.read() == {}
         s.sample(1)
-        s.publish(1)
+        s.publish()
     finally:
         s.close()
     assert not any(h.payloads for h in handles.values())
@@ -163,6 +169,25 @@ def require_bpf_object(name: str) -> None:
         build.build([name])
     except RezolusError as e:
         pytest.skip(f"cannot build {name}.bpf.c: {e}")
+
+
+def bpf_struct(name: str, struct: str) -> np.dtype:
+    """Return the dtype the samplers derive for ``struct`` of bpf/<name>.bpf.c (its BTF),
+    building the object if needed; skip the test where it cannot be built."""
+    import pytest
+
+    from rezolus_ue.bpf import build
+    from rezolus_ue.bpf.libbpf import BTF_KIND_STRUCT, Btf
+    from rezolus_ue.errors import RezolusError
+
+    try:
+        (obj,) = build.build([name])
+    except RezolusError as e:
+        pytest.skip(f"cannot build {name}.bpf.c: {e}")
+    with Btf.parse(obj) as btf:
+        tid = btf.find(struct, BTF_KIND_STRUCT)
+        assert tid is not None, f"no struct {struct} in {obj.name}"
+        return btf.dtype(tid)
 
 
 def unit(path: Path) -> dict[str, list[str]]:

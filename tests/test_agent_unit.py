@@ -22,19 +22,13 @@ from rezolus_ue import config
 from rezolus_ue.agent import Agent, SamplerState, read_status
 from rezolus_ue.errors import KernelFeatureMissing
 from rezolus_ue.metrics import h2
-from rezolus_ue.metrics.catalog import (
-    AGENT_SAMPLER,
-    AGENT_STATUS,
-    CPU_CORES,
-    CPU_USAGE,
-    STATUS_CODES,
-    STATUS_TEXT_MAX,
-)
 from rezolus_ue.metrics.family import Family, counter, gauge
 from rezolus_ue.samplers import REGISTRY, Roots, Sampler, SamplerContext, options
-from rezolus_ue.samplers.agent import AgentSelf, fds_by_size, fit_text
+from rezolus_ue.samplers.agent import AGENT_SAMPLER, AGENT_STATUS, STATUS_CODES, STATUS_TEXT_MAX
+from rezolus_ue.samplers.agent.sampler import AgentSelf, fds_by_size, fit_text
 from rezolus_ue.samplers.base import FamilySampler
-from rezolus_ue.samplers.cpu.usage import CpuUsage
+from rezolus_ue.samplers.cpu_usage import CPU_CORES, CPU_USAGE
+from rezolus_ue.samplers.cpu_usage.sampler import CpuUsage
 from rezolus_ue.schema import AGENT
 
 #: AGENT fields the agent sampler fills from the process itself, not from Agent.stats().
@@ -66,8 +60,9 @@ class FakeSampler(Sampler):
         if self.fail:
             raise RuntimeError("boom")
 
-    def publish(self, t_ns: int) -> None:
-        self.publishes.append(t_ns)
+    def publish(self) -> None:
+        # publish takes no time: record that of the tick's sample, which precedes it.
+        self.publishes.append(self.samples[-1] if self.samples else -1)
 
     def close(self) -> None:
         self.closed = True
@@ -294,7 +289,7 @@ def test_unavailable_sampler_is_skipped_and_counted() -> None:
 
 def test_refresh_cost_is_recorded_in_microseconds() -> None:
     class Slow(FakeSampler):
-        def publish(self, t_ns: int) -> None:
+        def publish(self) -> None:
             time.sleep(0.02)
 
     agent = make_agent(s=Slow())
@@ -387,9 +382,22 @@ def fake_procfs(root: Path, threads: int = 37, fds: int = 3) -> None:
         (root / "self" / "fd" / str(i)).write_text("")
 
 
+class FakeAgentView:
+    """The agent as the agent sampler sees it (SamplerContext.agent)."""
+
+    def __init__(self, stats: Mapping[str, int], states: Sequence[SamplerState]) -> None:
+        self._stats, self._states = stats, states
+
+    def stats(self) -> Mapping[str, int]:
+        return self._stats
+
+    def sampler_states(self) -> list[SamplerState]:
+        return list(self._states)
+
+
 def make_agent_sampler(procfs: Path, stats: Mapping[str, int],
                        states: Sequence[SamplerState] = ()) -> AgentSelf:
-    ctx = SamplerContext(Roots(procfs=procfs), {}, lambda: stats, lambda: list(states))
+    ctx = SamplerContext(Roots(procfs=procfs), {}, FakeAgentView(stats, states))
     sampler = AgentSelf(ctx)
     sampler.start()
     return sampler
@@ -405,7 +413,7 @@ def test_agent_sampler_packs_the_stats_in_schema_order(tmp_path: Path) -> None:
         sampler.bind({AGENT.name: handle, AGENT_SAMPLER.schema.name: per_sampler,
                       AGENT_STATUS.schema.name: FakeHandle(False)})
         assert sampler.wanted and not sampler.dist_wanted
-        sampler.publish(0)
+        sampler.publish()
     finally:
         sampler.close()
     (payload,) = handle.payloads
@@ -438,9 +446,9 @@ def test_agent_sampler_publishes_each_samplers_cost(tmp_path: Path) -> None:
     try:
         sampler.bind({AGENT.name: agent_h, schema.name: handle,
                       AGENT_STATUS.schema.name: FakeHandle(False)})
-        sampler.publish(0)
+        sampler.publish()
         a.cost_us.record(50)
-        sampler.publish(1)
+        sampler.publish()
     finally:
         sampler.close()
     assert agent_h.payloads == []
@@ -474,7 +482,7 @@ def test_agent_sampler_publishes_each_samplers_state_reason_and_errors(tmp_path:
         sampler.bind({AGENT.name: FakeHandle(False),
                       AGENT_SAMPLER.schema.name: FakeHandle(False),
                       AGENT_STATUS.schema.name: status_h})
-        sampler.publish(0)
+        sampler.publish()
     finally:
         sampler.close()
     recs = [AGENT_STATUS.schema.unpack(p) for p in status_h.payloads]
@@ -499,10 +507,10 @@ def test_agent_sampler_first_record_after_enabling_covers_one_interval(tmp_path:
         sampler.bind({AGENT.name: agent_h, AGENT_SAMPLER.schema.name: per_sampler,
                       AGENT_STATUS.schema.name: FakeHandle(False)})
         st.cost_us.record_many([10] * 100)  # refreshes while nobody watched their cost
-        sampler.publish(0)
+        sampler.publish()
         per_sampler.word.value = 1  # a consumer enables rezolus_agent_sampler
         st.cost_us.record(10)
-        sampler.publish(1)
+        sampler.publish()
     finally:
         sampler.close()
     (rec,) = [AGENT_SAMPLER.schema.unpack(p) for p in per_sampler.payloads]
@@ -550,10 +558,14 @@ class TwoFamilies(FamilySampler):
         self.n = 0
         self.reads = 0
 
-    def read(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+    def capture(self) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
         self.reads += 1
         self.n += 10
         return {f: {(): (self.n,)} for f in self.families if self.family_wanted(f)}
+
+    def parse(self, raw: Mapping[Family, Mapping[tuple, Sequence[int]]],
+              ) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        return raw
 
 
 def test_family_sampler_writes_only_enabled_events() -> None:
@@ -565,13 +577,13 @@ def test_family_sampler_writes_only_enabled_events() -> None:
     assert s.dist_wanted
     s.sample(0)
     s.sample(1_000_000_000)
-    s.publish(1_000_000_000)
+    s.publish()
     assert hs[FAKE.schema.name].payloads == []
     (d,) = [FAKE.dist_schema.unpack(p) for p in hs[FAKE.dist_schema.name].payloads]
     assert d == {"metric": "n", "value": 20, "p50": 10, "p90": 10, "p99": 10, "max": 10}
     assert [fam_g.schema.unpack(p) for p in hs[fam_g.schema.name].payloads] == [{"g": 20}]
     # Nothing sampled since: nothing published.
-    s.publish(2_000_000_000)
+    s.publish()
     assert len(hs[fam_g.schema.name].payloads) == 1
 
 
@@ -622,7 +634,7 @@ def test_deferring_sampler_publishes_what_reading_each_tick_publishes() -> None:
             for k in range(10):
                 t = interval * 1_000_000_000 + k * 100_000_000
                 s.sample(t, full=k == 9)
-            s.publish(t)
+            s.publish()
         payloads.append({n: h.payloads for n, h in hs.items()})
     assert payloads[0] == payloads[1]
     assert len(payloads[1][FAKE.dist_schema.name]) == 2
@@ -656,7 +668,7 @@ def test_family_sampler_forgets_the_interval_when_the_last_consumer_leaves() -> 
     hs = _two_bound(s)
     s.sample(0, full=False)
     s.sample(100_000_000, full=True)  # the agent published, then sampled once more
-    s.publish(100_000_000)
+    s.publish()
     s.sample(200_000_000, full=False)
     s.deactivate()
     assert s._pending == []
@@ -665,7 +677,7 @@ def test_family_sampler_forgets_the_interval_when_the_last_consumer_leaves() -> 
         h.payloads.clear()
     s.sample(3_600_000_000_000, full=False)  # an hour later, a new consumer
     s.sample(3_600_100_000_000, full=True)
-    s.publish(3_600_100_000_000)
+    s.publish()
     (d,) = [FAKE.dist_schema.unpack(p) for p in hs[FAKE.dist_schema.name].payloads]
     assert (d["p50"], d["max"]) == (100, 100)  # 10 in 100 ms
 

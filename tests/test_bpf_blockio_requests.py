@@ -21,18 +21,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import FakeHandle, decoded, require_bpf_object, start_sampler
+from helpers import FakeHandle, bpf_struct, decoded, require_bpf_object, start_sampler
 
 from rezolus_ue.encoding import EventSchema
 from rezolus_ue.metrics import h2
-from rezolus_ue.metrics.catalog import (
+from rezolus_ue.samplers.blockio_requests import (
     BLOCKIO_ERROR_KINDS,
     BLOCKIO_LATENCY,
     BLOCKIO_OPS,
     BLOCKIO_REQUESTS,
     BLOCKIO_SIZE,
 )
-from rezolus_ue.samplers.blockio_requests import COUNTERS_DTYPE, BlockioRequests, counter_records
+from rezolus_ue.samplers.blockio_requests.sampler import (
+    BlockioRequests,
+    counter_records,
+)
 
 IO_SIZE = 4096
 #: O_DIRECT reads and writes of each kind per test.
@@ -44,7 +47,7 @@ BLKDISCARD = 0x1277
 # --- pure -------------------------------------------------------------------------------
 
 def test_counter_records_sum_cpus_and_skip_unseen_ops() -> None:
-    c = np.zeros(3, dtype=COUNTERS_DTYPE)
+    c = np.zeros(3, dtype=bpf_struct("blockio_requests", "blockio_requests_cpu"))
     c["ops"][0, 0], c["ops"][2, 0] = 5, 7  # reads on CPUs 0 and 2
     c["bytes"][1, 0] = 4096 * 12
     c["errors"][1, 1, BLOCKIO_ERROR_KINDS.index("timeout")] = 1  # a write timed out
@@ -165,7 +168,7 @@ def test_known_io_is_counted(loop: str, attach: str) -> None:
         direct_io(loop, N, write=False)
         flush_and_discard(loop)
         t0 = time.perf_counter_ns()
-        s.publish(time.monotonic_ns())
+        s.publish()
         publish_us = (time.perf_counter_ns() - t0) / 1000
         s.deactivate()
     finally:
@@ -208,7 +211,7 @@ def test_programs_loaded_only_while_active(loop: str) -> None:
 def test_silent_without_consumer(built: None) -> None:
     s, handles = start_sampler(BlockioRequests, enabled=False)
     try:
-        s.publish(0)
+        s.publish()
     finally:
         s.close()
     assert not any(h.payloads for h in handles.values())

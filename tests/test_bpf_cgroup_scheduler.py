@@ -18,15 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import decoded, require_bpf_object, start_sampler
+from helpers import bpf_struct, decoded, require_bpf_object, start_sampler
 from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
 
 from rezolus_ue.errors import RezolusError
 from rezolus_ue.metrics import h2
-from rezolus_ue.metrics.catalog import CGROUP_RUNQUEUE_LATENCY, CGROUP_SCHEDULER
-from rezolus_ue.samplers.cgroup import parse_cpu_stat
-from rezolus_ue.samplers.cgroup_scheduler import (
-    COUNTERS_DTYPE,
+from rezolus_ue.samplers.cgroup.sampler import parse_cpu_stat
+from rezolus_ue.samplers.cgroup_scheduler import CGROUP_RUNQUEUE_LATENCY, CGROUP_SCHEDULER
+from rezolus_ue.samplers.cgroup_scheduler.sampler import (
     OTHER_LABEL,
     CgroupScheduler,
     cgroup2_root,
@@ -115,11 +114,11 @@ def test_cgroup_cpu_time_and_waits(root: Path, attach: str) -> None:
             slots = {lb: slot for slot, lb in s.slot_labels().items()}
             assert slots[OTHER_LABEL] == 0 and path in slots
             s.activate()
-            s.publish(0)  # the baseline interval
+            s.publish()  # the baseline interval
             for h in handles.values():
                 h.payloads.clear()
             burn_in(group, 0.3)
-            s.publish(time.monotonic_ns())
+            s.publish()
             s.deactivate()
             kernel_ns = kernel_usage_ns(group)
         finally:
@@ -156,11 +155,11 @@ def test_groups_beyond_max_cgroups_count_in_other(root: Path) -> None:
             # b used the most CPU since the last walk: the slot is b's now, from zero.
             s.rescan()
             assert s.slot_labels() == {0: OTHER_LABEL, 1: pb}
-            s.publish(0)
+            s.publish()
             s.deactivate()
         finally:
             s.close()
-    cpu = COUNTERS_DTYPE.names.index("cpu_ns")  # type: ignore[union-attr]
+    cpu = bpf_struct("cgroup_scheduler", "cgroup_sched_counters").names.index("cpu_ns")  # type: ignore[union-attr]
     assert grew[1, cpu] >= 0.15e9  # a's time, in a's slot
     assert grew[0, cpu] >= 0.3e9  # b's time (and the rest of the system's), in other
     recs = {r["cgroup"]: r for r in decoded(CGROUP_SCHEDULER.schema, handles)}
@@ -193,7 +192,7 @@ def test_programs_loaded_only_while_active(root: Path) -> None:
 def test_silent_without_consumer(root: Path) -> None:
     s, handles = start_sampler(CgroupScheduler, enabled=False)
     try:
-        s.publish(0)
+        s.publish()
     finally:
         s.close()
     assert not any(h.payloads for h in handles.values())

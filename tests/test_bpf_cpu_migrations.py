@@ -11,12 +11,12 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from helpers import decoded, require_bpf_object, start_sampler
+from helpers import bpf_struct, decoded, require_bpf_object, start_sampler
 from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
 
 from rezolus_ue.bpf.libbpf import num_possible_cpus
-from rezolus_ue.metrics.catalog import CPU_MIGRATIONS
-from rezolus_ue.samplers.cpu.migrations import MIGRATIONS_DTYPE, CpuMigrations
+from rezolus_ue.samplers.cpu_migrations import CPU_MIGRATIONS
+from rezolus_ue.samplers.cpu_migrations.sampler import CpuMigrations
 
 pytestmark = pytest.mark.host
 
@@ -55,7 +55,7 @@ def test_affinity_flips_are_counted(affinity: None, attach: str) -> None:
         before_from, before_to = m["from"].copy(), m["to"].copy()
         flip(FLIPS)
         got_from, got_to = m["from"] - before_from, m["to"] - before_to
-        s.publish(0)
+        s.publish()
         s.deactivate()
     finally:
         s.close()
@@ -93,17 +93,18 @@ def test_programs_loaded_only_while_active(affinity: None) -> None:
 def test_silent_without_consumer() -> None:
     s, handles = start_sampler(CpuMigrations, enabled=False)
     try:
-        s.publish(0)
+        s.publish()
     finally:
         s.close()
     assert not any(h.payloads for h in handles.values())
 
 
 def test_layout_is_one_cache_line_per_cpu() -> None:
-    assert MIGRATIONS_DTYPE.itemsize == 64
+    migrations_dtype = bpf_struct("cpu_migrations", "cpu_migrations")
+    assert migrations_dtype.itemsize == 64
     s, _handles = start_sampler(CpuMigrations)
     try:
-        assert s._migrations.dtype == MIGRATIONS_DTYPE
+        assert s._migrations.dtype == migrations_dtype
         assert len(s._migrations) == num_possible_cpus()
     finally:
         s.close()

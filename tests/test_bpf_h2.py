@@ -1,4 +1,4 @@
-"""The BPF side's H2 bucket index (bpf/h2.bpf.h) equals rezolus_ue.metrics.h2.bucket_index.
+"""The BPF side's H2 bucket index (bpf/include/h2.bpf.h) equals metrics.h2.bucket_index.
 
 Two ways: the header compiled for the host with the system C compiler (both the
 __builtin_clzll and the binary-search log2), and compiled for BPF and run in the kernel
@@ -70,7 +70,8 @@ def test_host_compiled_index_matches_python(tmp_path: Path, variant: str) -> Non
     src.write_text(_HOST_MAIN)
     exe = tmp_path / "h2_host"
     flags = ["-DH2_SOFT_LOG2"] if variant == "soft_log2" else []
-    subprocess.run([cc, "-O2", "-Wall", "-Werror", *flags, "-I", str(build.SOURCE_DIR),
+    include = build.SOURCE_DIR / build.INCLUDE
+    subprocess.run([cc, "-O2", "-Wall", "-Werror", *flags, "-I", str(include),
                     str(src), "-o", str(exe)], check=True)
     out = subprocess.run([str(exe)], input=np.array(VALUES, dtype=np.uint64).tobytes(),
                          capture_output=True, check=True).stdout

@@ -15,8 +15,8 @@ import time
 import pytest
 from helpers import FakeHandle, decoded, require_bpf_object, start_sampler
 
-from rezolus_ue.metrics.catalog import NETWORK_DROPS, NETWORK_TRAFFIC
-from rezolus_ue.samplers.network_traffic import (
+from rezolus_ue.samplers.network_traffic import NETWORK_DROPS, NETWORK_TRAFFIC
+from rezolus_ue.samplers.network_traffic.sampler import (
     DROP_REASONS,
     OTHER,
     NetworkTraffic,
@@ -99,10 +99,10 @@ def test_loopback_transfer_raises_rx_and_tx_bytes(bpf_built: None, attach: str) 
     try:
         assert f"attaches as {attach})" in s.detail
         s.activate()
-        s.publish(0)
+        s.publish()
         before = totals(handles)
         loopback_transfer(K)
-        s.publish(0)
+        s.publish()
         after = totals(handles)
         s.deactivate()
     finally:
@@ -122,14 +122,14 @@ def test_udp_to_a_closed_port_is_dropped_with_no_socket(bpf_built: None) -> None
     s, handles = start_sampler(NetworkTraffic)
     try:
         s.activate()
-        s.publish(0)
+        s.publish()
         before = {r["reason"]: r["drops"] for r in decoded(NETWORK_DROPS.schema, handles)}
         total_before = totals(handles)["drops"]
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
             for _ in range(n):
                 tx.sendto(b"x", closed)
                 time.sleep(0.0005)  # ICMP replies are rate-limited; drops are not
-        s.publish(0)
+        s.publish()
         s.deactivate()
     finally:
         s.close()
@@ -165,7 +165,7 @@ def test_programs_loaded_only_while_active(bpf_built: None) -> None:
 def test_silent_without_consumer(bpf_built: None) -> None:
     s, handles = start_sampler(NetworkTraffic, enabled=False)
     try:
-        s.publish(0)
+        s.publish()
     finally:
         s.close()
     assert not any(h.payloads for h in handles.values())

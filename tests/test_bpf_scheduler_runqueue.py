@@ -20,13 +20,13 @@ from test_bpf_loader import PREFIX, attached_prog_ids, eventually, loaded_progs
 
 from rezolus_ue.errors import RezolusError
 from rezolus_ue.metrics import h2
-from rezolus_ue.metrics.catalog import (
+from rezolus_ue.samplers.scheduler_runqueue import (
     SCHEDULER_OFFCPU,
     SCHEDULER_RUNNING,
     SCHEDULER_RUNQUEUE_LATENCY,
     SCHEDULER_SWITCHES,
 )
-from rezolus_ue.samplers.scheduler_runqueue import SchedulerRunqueue
+from rezolus_ue.samplers.scheduler_runqueue.sampler import SchedulerRunqueue
 
 pytestmark = pytest.mark.host
 
@@ -132,14 +132,14 @@ def test_publish_end_to_end(attach: str) -> None:
     s, handles = start_sampler(SchedulerRunqueue, attach=attach)
     try:
         assert f"attaches as {attach})" in s.detail
-        s.publish(0)  # before any consumer: closes the (empty) interval
+        s.publish()  # before any consumer: closes the (empty) interval
         for h in handles.values():
             h.payloads.clear()
         s.activate()
         with contention():
             sleep_often(0.5)
         t0 = time.perf_counter_ns()
-        s.publish(time.monotonic_ns())
+        s.publish()
         publish_us = (time.perf_counter_ns() - t0) / 1000
         s.deactivate()
     finally:
@@ -167,7 +167,7 @@ def test_first_record_after_activate_covers_only_the_attached_time() -> None:
         s.activate()
         with contention():
             sleep_often(0.3)
-        s.publish(0)
+        s.publish()
         s.deactivate()
         # Detached: load now is not counted.
         with contention():
@@ -176,7 +176,7 @@ def test_first_record_after_activate_covers_only_the_attached_time() -> None:
             h.payloads.clear()
         s.activate()
         time.sleep(0.05)
-        s.publish(0)
+        s.publish()
         s.deactivate()
     finally:
         s.close()
@@ -189,7 +189,7 @@ def test_first_record_after_activate_covers_only_the_attached_time() -> None:
 def test_silent_without_consumer() -> None:
     s, handles = start_sampler(SchedulerRunqueue, enabled=False)
     try:
-        s.publish(0)
+        s.publish()
     finally:
         s.close()
     assert not any(h.payloads for h in handles.values())

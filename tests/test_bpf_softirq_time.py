@@ -10,16 +10,16 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 
 import pytest
-from helpers import decoded, require_bpf_object, start_sampler
+from helpers import bpf_struct, decoded, require_bpf_object, start_sampler
 from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
 
 from rezolus_ue.bpf.libbpf import num_possible_cpus
 from rezolus_ue.metrics import h2
-from rezolus_ue.metrics.catalog import SOFTIRQ_DURATION, SOFTIRQ_KINDS, SOFTIRQ_TIME
-from rezolus_ue.samplers.cpu.softirq_time import TIMES_DTYPE, CpuSoftirqTime
+from rezolus_ue.samplers.cpu_softirq import SOFTIRQ_KINDS
+from rezolus_ue.samplers.cpu_softirq_time import SOFTIRQ_DURATION, SOFTIRQ_TIME
+from rezolus_ue.samplers.cpu_softirq_time.sampler import CpuSoftirqTime
 
 pytestmark = pytest.mark.host
 
@@ -28,7 +28,7 @@ NET_RX = SOFTIRQ_KINDS.index("net_rx")
 
 @pytest.fixture(scope="module", autouse=True)
 def built() -> None:
-    require_bpf_object("softirq_time")
+    require_bpf_object("cpu_softirq_time")
 
 
 def loopback_traffic(nbytes: int = 32 << 20) -> None:
@@ -76,7 +76,7 @@ def test_publish_end_to_end(attach: str) -> None:
         assert f"attaches as {attach})" in s.detail
         s.activate()
         loopback_traffic()
-        s.publish(time.monotonic_ns())
+        s.publish()
         s.deactivate()
     finally:
         s.close()
@@ -121,14 +121,14 @@ def test_programs_loaded_only_while_active() -> None:
 def test_silent_without_consumer() -> None:
     s, handles = start_sampler(CpuSoftirqTime, enabled=False)
     try:
-        s.publish(0)
+        s.publish()
     finally:
         s.close()
     assert not any(h.payloads for h in handles.values())
 
 
 def test_per_cpu_layout_is_two_cache_lines() -> None:
-    assert TIMES_DTYPE.itemsize == 128
+    assert bpf_struct("cpu_softirq_time", "softirq_time").itemsize == 128
     s, _handles = start_sampler(CpuSoftirqTime)
     try:
         assert len(s._times) == num_possible_cpus()

@@ -1,14 +1,16 @@
-"""Every struct shared between BPF C and Python matches the compiled object's BTF.
+"""Every struct shared between BPF C and Python is read the same way the C lays it out.
 
-The Python mirrors (NumPy dtypes) are declared once, beside the code that reads the maps;
-here each is compared, field by field (name, offset, size) and in total size, with the
-struct as clang laid it out, read two independent ways: bpftool's JSON dump of the
-object's BTF, and the binding's own BTF reader (which the samplers use at run time).
+Python declares no mirror: the samplers' NumPy dtypes are derived at run time from the
+object's BTF (``Btf.dtype``, through ``BpfObject.array``). Here each struct of a sampler's
+``bpf/<name>.h`` is derived so and compared, field by field (name, offset, size) and in
+total size, with the struct as clang laid it out, read two independent ways: bpftool's
+JSON dump of the object's BTF, and the binding's struct reader.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,26 +21,20 @@ from test_bpf_h2 import H2_TEST_DTYPE
 
 from rezolus_ue.bpf import build
 from rezolus_ue.errors import RezolusError
-from rezolus_ue.samplers import blockio_requests as blockio_rq
-from rezolus_ue.samplers import cgroup_scheduler, network_traffic, tcp, tcp_traffic
-from rezolus_ue.samplers.cpu import migrations, softirq_time
-from rezolus_ue.samplers.scheduler_runqueue import sampler as runqueue
-from rezolus_ue.samplers.syscall import sampler as syscall
 
-#: (object, struct name, Python mirror); padding fields the mirror leaves out are allowed
-#: when their names start with "__".
-SHARED = [
-    *(("scheduler_runqueue", name, dtype) for name, dtype in runqueue.SHARED_STRUCTS.items()),
-    *(("syscall", name, dtype) for name, dtype in syscall.SHARED_STRUCTS.items()),
-    *(("softirq_time", n, d) for n, d in softirq_time.SHARED_STRUCTS.items()),
-    *(("cpu_migrations", n, d) for n, d in migrations.SHARED_STRUCTS.items()),
-    *(("cgroup_scheduler", n, d) for n, d in cgroup_scheduler.SHARED_STRUCTS.items()),
-    *(("network_traffic", n, d) for n, d in network_traffic.SHARED_STRUCTS.items()),
-    *(("tcp", n, d) for n, d in tcp.SHARED_STRUCTS.items()),
-    *(("tcp_traffic", n, d) for n, d in tcp_traffic.SHARED_STRUCTS.items()),
-    *(("blockio_requests", n, d) for n, d in blockio_rq.SHARED_STRUCTS.items()),
-    ("tests/h2_test", "h2_test_data", H2_TEST_DTYPE),
-]
+#: (object, struct name): every struct declared in a sampler's bpf/<name>.h.
+SHARED = [(h.name.removesuffix(".h"), struct)
+          for h in sorted(build.SOURCE_DIR.glob("*.h"))
+          for struct in re.findall(r"^struct (\w+) \{", h.read_text(), re.M)]
+
+
+def _derived(obj: Path, struct: str) -> np.dtype:
+    from rezolus_ue.bpf.libbpf import BTF_KIND_STRUCT, Btf
+
+    with Btf.parse(obj) as btf:
+        tid = btf.find(struct, BTF_KIND_STRUCT)
+        assert tid is not None, f"no struct {struct} in {obj.name}"
+        return btf.dtype(tid)
 
 
 @pytest.fixture(scope="module")
@@ -91,20 +87,29 @@ def _check(c: tuple[int, dict[str, tuple[int, int]]],
     assert not missing, f"{what}: C members missing from the Python mirror: {missing}"
 
 
-@pytest.mark.parametrize(("obj", "struct", "dtype"), SHARED, ids=[s[1] for s in SHARED])
-def test_mirror_matches_btf_by_bpftool(objects: dict[str, Path], obj: str, struct: str,
-                                       dtype: np.dtype) -> None:
-    _check(_bpftool_layout(objects[obj], struct), _python_layout(dtype), struct)
+@pytest.mark.parametrize(("obj", "struct"), SHARED, ids=[s[1] for s in SHARED])
+def test_derived_dtype_matches_btf_by_bpftool(objects: dict[str, Path], obj: str,
+                                              struct: str) -> None:
+    _check(_bpftool_layout(objects[obj], struct),
+           _python_layout(_derived(objects[obj], struct)), struct)
 
 
-@pytest.mark.parametrize(("obj", "struct", "dtype"), SHARED, ids=[s[1] for s in SHARED])
-def test_mirror_matches_btf_by_binding(objects: dict[str, Path], obj: str, struct: str,
-                                       dtype: np.dtype) -> None:
+@pytest.mark.parametrize(("obj", "struct"), SHARED, ids=[s[1] for s in SHARED])
+def test_derived_dtype_matches_btf_by_binding(objects: dict[str, Path], obj: str,
+                                              struct: str) -> None:
     from rezolus_ue.bpf.libbpf import Btf
 
     with Btf.parse(objects[obj]) as btf:
         layout = btf.struct(struct)
-    _check((layout.size, layout.members), _python_layout(dtype), struct)
+    _check((layout.size, layout.members), _python_layout(_derived(objects[obj], struct)),
+           struct)
+
+
+def test_a_hand_declared_dtype_matches_btf(objects: dict[str, Path]) -> None:
+    """The test program's struct, declared in Python by hand, checks _check itself."""
+    obj = objects["tests/h2_test"]
+    _check(_bpftool_layout(obj, "h2_test_data"), _python_layout(H2_TEST_DTYPE), "h2_test")
+    assert _derived(obj, "h2_test_data") == H2_TEST_DTYPE
 
 
 def test_global_variables_have_the_expected_sizes(objects: dict[str, Path]) -> None:
@@ -114,3 +119,31 @@ def test_global_variables_have_the_expected_sizes(objects: dict[str, Path]) -> N
         assert btf.datasec(".bss")["attached_ns"][1] == 8
     with Btf.parse(objects["tests/h2_test"]) as btf:
         assert btf.datasec(".bss")["data"][1] == H2_TEST_DTYPE.itemsize
+
+
+def _indices(header: str, prefix: str) -> list[str]:
+    """Return the names of ``#define <prefix><NAME> <i>`` in bpf/<header>, in index order."""
+    found = re.findall(rf"^#define {prefix}(\w+)\s+(\d+)", (build.SOURCE_DIR / header)
+                       .read_text(), re.M)
+    return [name for name, _ in sorted(found, key=lambda f: int(f[1]))]
+
+
+def test_c_indices_and_array_sizes_are_the_python_names(objects: dict[str, Path]) -> None:
+    """The C numbers slots (operations, error kinds, softirq vectors, drop reasons, syscall
+    families); Python names them: the compiled array sizes and the C order are Python's."""
+    from rezolus_ue.samplers.blockio_requests import BLOCKIO_ERROR_KINDS, BLOCKIO_OPS
+    from rezolus_ue.samplers.cpu_softirq import SOFTIRQ_KINDS
+    from rezolus_ue.samplers.network_traffic.sampler import DROP_REASONS
+    from rezolus_ue.samplers.syscall import table
+
+    assert _indices("blockio_requests.h", "BLOCKIO_OP_") == [o.upper() for o in BLOCKIO_OPS]
+    assert _indices("blockio_requests.h", "BLOCKIO_ERR_") == [
+        k.upper() for k in BLOCKIO_ERROR_KINDS]
+    blockio = _derived(objects["blockio_requests"], "blockio_requests_cpu")
+    assert blockio["errors"].shape == (len(BLOCKIO_OPS), len(BLOCKIO_ERROR_KINDS))
+    softirq = _derived(objects["cpu_softirq_time"], "softirq_time")
+    assert softirq["time_ns"].shape == (len(SOFTIRQ_KINDS),)
+    drops = _derived(objects["network_traffic"], "network_drop_reasons")
+    assert drops["drops"].shape == (DROP_REASONS,)
+    calls = _derived(objects["syscall"], "syscall_counts")
+    assert calls["calls"].shape == (len(table.FAMILIES),)

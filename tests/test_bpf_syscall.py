@@ -26,8 +26,8 @@ from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
 from rezolus_ue.bpf import build
 from rezolus_ue.bpf.libbpf import num_possible_cpus
 from rezolus_ue.metrics import h2
-from rezolus_ue.metrics.catalog import SYSCALL, SYSCALL_LATENCY
-from rezolus_ue.samplers.syscall import Syscall, table
+from rezolus_ue.samplers.syscall import SYSCALL, SYSCALL_LATENCY
+from rezolus_ue.samplers.syscall.sampler import Syscall, table
 
 pytestmark = pytest.mark.host
 
@@ -114,10 +114,10 @@ def test_nanosleep_10ms_p50_bucket_lies_between_10ms_and_what_user_space_saw() -
     s, handles = start_sampler(Syscall)
     try:
         s.activate()
-        s.publish(0)
+        s.publish()
         _clear(handles)
         took = nanosleeps(2000, threads=20, ns=10_000_000)
-        s.publish(0)
+        s.publish()
         s.deactivate()
     finally:
         s.close()
@@ -138,11 +138,11 @@ def _around_getpids(n: int, **over: object) -> tuple[dict[str, int], dict[str, i
     s, handles = start_sampler(Syscall, **over)
     try:
         s.activate()
-        s.publish(0)
+        s.publish()
         before = _calls(handles)
         _clear(handles)
         getpids(n)
-        s.publish(0)
+        s.publish()
         after = _calls(handles)
         s.deactivate()
     finally:
@@ -206,11 +206,11 @@ def test_publish_end_to_end(attach: str) -> None:
     try:
         assert f"attaches as {attach})" in s.detail
         s.activate()
-        s.publish(0)
+        s.publish()
         _clear(handles)
         getpids(5000)
         nanosleeps(20, threads=2, ns=1_000_000)
-        s.publish(0)
+        s.publish()
         s.deactivate()
     finally:
         s.close()
@@ -233,12 +233,12 @@ def test_first_record_after_reattach_covers_only_the_attached_time() -> None:
     s, handles = start_sampler(Syscall)
     try:
         s.activate()
-        s.publish(0)
+        s.publish()
         getpids(20000)
         s.deactivate()  # no publish in between
         _clear(handles)
         s.activate()
-        s.publish(0)
+        s.publish()
         s.deactivate()
     finally:
         s.close()
@@ -251,7 +251,7 @@ def test_silent_without_consumer() -> None:
     try:
         s.activate()
         getpids(100)
-        s.publish(0)
+        s.publish()
         s.deactivate()
     finally:
         s.close()

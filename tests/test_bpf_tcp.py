@@ -16,15 +16,15 @@ from test_bpf_network_traffic import K, loopback_transfer
 from rezolus_ue.bpf.loader import Features
 from rezolus_ue.errors import SamplerUnavailable
 from rezolus_ue.metrics import h2
-from rezolus_ue.metrics.catalog import (
+from rezolus_ue.samplers.tcp import (
     TCP_CONNECT_LATENCY,
     TCP_JITTER,
     TCP_PACKET_LATENCY,
     TCP_RETRANSMIT,
     TCP_SRTT,
 )
-from rezolus_ue.samplers.tcp import Tcp
-from rezolus_ue.samplers.tcp_traffic import NO_FUNCTION_HOOKS, TcpTraffic, missing_hooks
+from rezolus_ue.samplers.tcp.sampler import Tcp
+from rezolus_ue.samplers.tcp_traffic.sampler import NO_FUNCTION_HOOKS, TcpTraffic, missing_hooks
 
 HISTOGRAMS = (TCP_PACKET_LATENCY, TCP_SRTT, TCP_JITTER, TCP_CONNECT_LATENCY)
 
@@ -40,12 +40,12 @@ def test_loopback_connection_fills_the_histograms(bpf_built: None, attach: str) 
     s, handles = start_sampler(Tcp, attach=attach)
     try:
         assert f"attaches as {attach})" in s.detail
-        s.publish(0)  # before any consumer: closes the (empty) interval
+        s.publish()  # before any consumer: closes the (empty) interval
         for h in handles.values():
             h.payloads.clear()
         s.activate()
         loopback_transfer(K)
-        s.publish(0)
+        s.publish()
         s.deactivate()
     finally:
         s.close()
@@ -82,7 +82,7 @@ def test_counts_accumulate_across_activations(bpf_built: None) -> None:
 def test_silent_without_consumer(bpf_built: None) -> None:
     s, handles = start_sampler(Tcp, enabled=False)
     try:
-        s.publish(0)
+        s.publish()
     finally:
         s.close()
     assert not any(h.payloads for h in handles.values())

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from helpers import FakeHandle, check_golden, decoded, new_sampler, rewrite_in_place, start_sampler
 
-from rezolus_ue.metrics.catalog import CPU_CORES
-from rezolus_ue.samplers.cpu.usage import CpuUsage, busy_ppm, parse_proc_stat_cpus
+from rezolus_ue.samplers.cpu_usage import CPU_CORES
+from rezolus_ue.samplers.cpu_usage.sampler import CpuUsage, busy_ppm, parse_proc_stat_cpus
 from rezolus_ue.schema import CPU_USAGE
 
 FIXTURES = Path(__file__).parent / "fixtures" / "procfs"
@@ -175,7 +175,7 @@ def test_sampler_publishes_one_record_per_cpu(tmp_path: Path, case: str) -> None
     try:
         assert s.wanted and s.dist_wanted
         s.sample(0)
-        s.publish(0)
+        s.publish()
     finally:
         s.close()
     rows = parse_proc_stat_cpus((FIXTURES / case / "stat").read_text(), host_tick_ns())
@@ -214,7 +214,7 @@ def test_sampler_reads_only_wanted_families(tmp_path: Path) -> None:
     rewrite_in_place(root / "sys" / "devices" / "system" / "cpu" / "online", "garbage\n")
     try:
         s.sample(0)
-        s.publish(0)
+        s.publish()
     finally:
         s.close()
     assert len(h[CPU_USAGE.name].payloads) == 2
@@ -226,7 +226,7 @@ def test_sampler_writes_only_the_dist_event_when_only_it_is_enabled(tmp_path: Pa
     s = make_sampler(case_root(tmp_path, "offline"), h)
     try:
         s.sample(0)
-        s.publish(0)
+        s.publish()
     finally:
         s.close()
     assert h[CPU_USAGE.name].payloads == []
@@ -245,7 +245,7 @@ def test_sampler_oversamples_busy_ppm(tmp_path: Path) -> None:
         s.sample(100_000_000)  # 100 of 200 ticks busy
         rewrite_in_place(root / "proc" / "stat", "cpu0 250 0 150 900 0 0 0 0\n")
         s.sample(200_000_000)  # all busy
-        s.publish(200_000_000)
+        s.publish()
     finally:
         s.close()
     assert h.records(CPU_USAGE.name) == [{
@@ -265,11 +265,11 @@ def test_sampler_rereads_the_kept_open_files(tmp_path: Path) -> None:
     s = make_sampler(root, h)
     try:
         s.sample(0)
-        s.publish(0)
+        s.publish()
         rewrite_in_place(root / "proc" / "stat", "cpu  1 1 1 1\ncpu5 9 0 0 0\n")
         rewrite_in_place(root / "sys" / "devices" / "system" / "cpu" / "online", "5\n")
         s.sample(1_000_000_000)
-        s.publish(1_000_000_000)
+        s.publish()
     finally:
         s.close()
     decoded = h.records(CPU_USAGE.name)
@@ -284,7 +284,7 @@ def test_sampler_publishes_nothing_it_did_not_sample(tmp_path: Path) -> None:
     h = Handles()
     s = make_sampler(case_root(tmp_path, "modern"), h)
     try:
-        s.publish(0)
+        s.publish()
     finally:
         s.close()
     assert not any(handle.payloads for handle in h.values())

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from rezolus_ue.metrics import h2
-from rezolus_ue.metrics.types import Counter, Gauge, Histogram
+from rezolus_ue.metrics.types import Histogram
 
 U64_MAX = 2**64 - 1
 
@@ -299,18 +299,6 @@ def test_histogram_nobody_takes_intervals_stays_bounded() -> None:
     h2.record(expected, [i % 1000 for i in range(3 * Histogram.FLUSH_AT + 5)])
     assert np.array_equal(h.counts, expected)
     assert idx == np.flatnonzero(expected).tolist()
-
-
-def test_counter_and_gauge() -> None:
-    c = Counter()
-    c.add()
-    c.add(4)
-    assert c.value == 5
-    with pytest.raises(ValueError):
-        c.add(-1)
-    g = Gauge(3)
-    g.set(1)
-    assert g.value == 1
 
 
 # --- sparse wire form --------------------------------------------------------------------

@@ -43,7 +43,7 @@ import json, os
 from rezolus_ue import privilege
 from rezolus_ue.linux import capabilities
 from rezolus_ue.samplers import Roots, SamplerContext
-from rezolus_ue.samplers.scheduler_runqueue import SchedulerRunqueue
+from rezolus_ue.samplers.scheduler_runqueue.sampler import SchedulerRunqueue
 s = SchedulerRunqueue(SamplerContext(Roots(), {"attach": "auto", "collect": "on-demand"}))
 s.start()  # as the agent: start as root, then drop, then load on demand
 dropped = privilege.drop_to()

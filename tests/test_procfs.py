@@ -11,7 +11,8 @@ import pytest
 from helpers import rewrite_in_place
 
 from rezolus_ue.errors import PermissionDenied
-from rezolus_ue.linux.procfs import KeptOpen, shared
+from rezolus_ue.linux.procfs import KeptOpen
+from rezolus_ue.samplers.base import SharedFiles
 
 
 def test_read_rereads_from_the_start(tmp_path: Path) -> None:
@@ -58,6 +59,7 @@ def test_read_at_reads_once_per_stamp(tmp_path: Path) -> None:
 
 
 def test_shared_holders_share_one_read_per_stamp(tmp_path: Path) -> None:
+    shared = SharedFiles().open  # the agent's: one per agent
     p = tmp_path / "stat"
     p.write_bytes(b"a\n")
     cpu, sched = shared(p), shared(p)
@@ -74,6 +76,7 @@ def test_shared_holders_share_one_read_per_stamp(tmp_path: Path) -> None:
 
 
 def test_shared_file_stays_open_until_its_last_holder_closes(tmp_path: Path) -> None:
+    shared = SharedFiles().open  # the agent's: one per agent
     p = tmp_path / "stat"
     p.write_bytes(b"a\n")
     before = len(os.listdir("/proc/self/fd"))
@@ -94,6 +97,7 @@ def test_shared_file_stays_open_until_its_last_holder_closes(tmp_path: Path) -> 
 
 
 def test_shared_open_error_leaves_nothing_behind(tmp_path: Path) -> None:
+    shared = SharedFiles().open  # the agent's: one per agent
     with pytest.raises(FileNotFoundError):
         shared(tmp_path / "missing")
     p = tmp_path / "missing"

@@ -25,8 +25,8 @@ from helpers import (
 )
 
 from rezolus_ue.errors import SamplerUnavailable
-from rezolus_ue.metrics.catalog import BLOCKIO
-from rezolus_ue.samplers.blockio import (
+from rezolus_ue.samplers.blockio import BLOCKIO
+from rezolus_ue.samplers.blockio.sampler import (
     WRAP_NS,
     BlockIO,
     diskstats_values,
@@ -233,7 +233,7 @@ def test_sampler_unwraps_ms_and_follows_rewrites(tmp_path: Path) -> None:
         replace_in_place(tmp_path / "diskstats", b"sda 9823451 40234 1203445120 4294966000",
                          b"sda 9823452 40234 1203445128 704")
         s.sample(2_000_000_000)
-        s.publish(2_000_000_000)
+        s.publish()
     finally:
         s.close()
     sda = [r for r in decoded(BLOCKIO.schema, h) if r["device"] == "sda"]
@@ -301,7 +301,7 @@ def test_host_fsynced_write_shows_in_write_bytes(tmp_path: Path) -> None:
         finally:
             os.close(fd)
         s.sample(1_000_000_000)
-        s.publish(1_000_000_000)
+        s.publish()
     finally:
         s.close()
         path.unlink(missing_ok=True)

@@ -29,8 +29,8 @@ from helpers import (
 )
 
 from rezolus_ue.errors import SamplerUnavailable
-from rezolus_ue.metrics.catalog import CGROUP_FAMILY
-from rezolus_ue.samplers.cgroup import (
+from rezolus_ue.samplers.cgroup import CGROUP_FAMILY
+from rezolus_ue.samplers.cgroup.sampler import (
     LABEL_MAX,
     RESCAN_NS,
     Cgroups,
@@ -62,7 +62,7 @@ def collect(s: Cgroups, h: FakeHandle, t_ns: int = 1) -> list[dict[str, object]]
     """Return the records of one sample + publish."""
     h.payloads.clear()
     s.sample(t_ns)
-    s.publish(t_ns)
+    s.publish()
     return [SCHEMA.unpack(p) for p in h.payloads]
 
 
@@ -155,7 +155,7 @@ def test_not_wanted_reads_nothing() -> None:
     try:
         h.word.value = 0
         s.sample(1)
-        s.publish(1)
+        s.publish()
         assert h.payloads == []
     finally:
         s.close()

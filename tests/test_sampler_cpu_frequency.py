@@ -32,9 +32,9 @@ from helpers import (
 )
 
 from rezolus_ue.errors import SamplerUnavailable
-from rezolus_ue.metrics.catalog import CPU_FREQUENCY
-from rezolus_ue.samplers.cpu import frequency
-from rezolus_ue.samplers.cpu.frequency import (
+from rezolus_ue.samplers.cpu_frequency import CPU_FREQUENCY
+from rezolus_ue.samplers.cpu_frequency import sampler as frequency
+from rezolus_ue.samplers.cpu_frequency.sampler import (
     CpuFrequency,
     cpu_numbers,
     parse_cpufreq_khz,

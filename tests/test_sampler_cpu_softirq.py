@@ -30,8 +30,8 @@ from helpers import (
 
 from rezolus_ue.errors import SamplerUnavailable
 from rezolus_ue.linux.procfs import parse_cpu_list
-from rezolus_ue.metrics.catalog import CPU_SOFTIRQ, SOFTIRQ_KINDS
-from rezolus_ue.samplers.cpu.softirq import CpuSoftirq, SoftirqReader, parse_softirqs
+from rezolus_ue.samplers.cpu_softirq import CPU_SOFTIRQ, SOFTIRQ_KINDS
+from rezolus_ue.samplers.cpu_softirq.sampler import CpuSoftirq, SoftirqReader, parse_softirqs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "procfs"
 CASES = ["softirq_modern", "softirq_old", "softirq_2631"]
@@ -180,7 +180,7 @@ def test_sampler_rereads_the_kept_open_file(tmp_path: Path) -> None:
         s.sample(1_000_000_000)
         replace_in_place(tmp_path / "softirqs", b"123456", b"123556")  # cpu0 TIMER +100
         s.sample(2_000_000_000)
-        s.publish(2_000_000_000)
+        s.publish()
     finally:
         s.close()
     assert CPU_SOFTIRQ.dist_schema is not None

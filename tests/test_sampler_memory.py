@@ -28,9 +28,9 @@ from helpers import (
 )
 
 from rezolus_ue.errors import SamplerUnavailable
-from rezolus_ue.metrics.catalog import MEMORY, MEMORY_PRESSURE, MEMORY_VMSTAT
-from rezolus_ue.samplers import memory as memory_mod
-from rezolus_ue.samplers.memory import (
+from rezolus_ue.samplers.memory import MEMORY, MEMORY_PRESSURE, MEMORY_VMSTAT
+from rezolus_ue.samplers.memory import sampler as memory_mod
+from rezolus_ue.samplers.memory.sampler import (
     PSI_RESOURCES,
     FieldFinder,
     Memory,
@@ -360,7 +360,7 @@ def test_sampler_rereads_the_kept_open_files(tmp_path: Path) -> None:
                                ("pressure/io", b"total=912034512", b"total=912134512")):
             replace_in_place(tmp_path / name, old, new)
         s.sample(1_500_000_000)
-        s.publish(1_500_000_000)
+        s.publish()
     finally:
         s.close()
     vm = MEMORY_VMSTAT.schema.unpack(h[MEMORY_VMSTAT.event].payloads[0])

@@ -37,9 +37,9 @@ from rezolus_ue import config
 from rezolus_ue.errors import SamplerUnavailable
 from rezolus_ue.linux import rtnetlink as rtnl
 from rezolus_ue.linux.rtnetlink import IFLA_STATS64, parse_link_names
-from rezolus_ue.metrics.catalog import NETWORK
-from rezolus_ue.samplers.network import interfaces as ni
-from rezolus_ue.samplers.network.interfaces import (
+from rezolus_ue.samplers.network import NETWORK
+from rezolus_ue.samplers.network import sampler as ni
+from rezolus_ue.samplers.network.sampler import (
     COUNTERS,
     NetworkInterfaces,
     RtnlLinks,
@@ -513,7 +513,7 @@ def test_sampler_options_filter_interfaces() -> None:
     s, h = make_sampler(FIXTURES / "modern", interfaces=("e*", "v*", "lo"), exclude=("veth*",))
     try:
         s.sample(1)
-        s.publish(1)
+        s.publish()
     finally:
         s.close()
     records = decoded(NETWORK.schema, h)
@@ -641,7 +641,7 @@ def test_host_loopback_bytes_are_counted(source: str) -> None:
 
 NETNS_SCRIPT = textwrap.dedent("""
     import ctypes, json, subprocess, sys
-    from rezolus_ue.samplers.network.interfaces import RtnlLinks
+    from rezolus_ue.samplers.network.sampler import RtnlLinks
     CLONE_NEWNET = 0x40000000
     if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNET) != 0:
         sys.exit(f"unshare: errno {ctypes.get_errno()}")

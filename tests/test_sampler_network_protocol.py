@@ -27,8 +27,8 @@ from helpers import (
 )
 
 from rezolus_ue.errors import SamplerUnavailable
-from rezolus_ue.metrics.catalog import TCP, UDP
-from rezolus_ue.samplers.network.protocol import (
+from rezolus_ue.samplers.network_protocol import TCP, UDP
+from rezolus_ue.samplers.network_protocol.sampler import (
     SOURCES,
     NetworkProtocol,
     TableReader,
@@ -212,7 +212,7 @@ def test_sampler_rereads_the_kept_open_files(tmp_path: Path) -> None:
         replace_in_place(tmp_path / "net" / "snmp", b"Udp: 135780 39 0 92236",
                          b"Udp: 135780 49 0 92236")
         s.sample(2_000_000_000)
-        s.publish(2_000_000_000)
+        s.publish()
     finally:
         s.close()
     assert UDP.dist_schema is not None

@@ -23,9 +23,12 @@ from rezolus_ue.errors import (
     SamplerUnavailable,
 )
 from rezolus_ue.linux import perf_event as pe
-from rezolus_ue.metrics.catalog import PERF_HARDWARE, PERF_SOFTWARE
-from rezolus_ue.samplers import perf
-from rezolus_ue.samplers.perf import PerfHardware, PerfSoftware, ipc_milli, scaled_delta
+from rezolus_ue.samplers import perf_counters as perf
+from rezolus_ue.samplers.perf_counters import ipc_milli, scaled_delta
+from rezolus_ue.samplers.perf_hardware import PERF_HARDWARE
+from rezolus_ue.samplers.perf_hardware.sampler import PerfHardware
+from rezolus_ue.samplers.perf_software import PERF_SOFTWARE
+from rezolus_ue.samplers.perf_software.sampler import PerfSoftware
 
 
 def sysfs(tmp_path: Path, online: str = "0-1", pmus: tuple[str, ...] = ()) -> Path:
@@ -177,7 +180,7 @@ def test_software_end_to_end(fake_perf: type[FakePerfEvent], tmp_path: Path) -> 
             by_cpu_config(cpu, pe.PERF_COUNT_SW_CPU_MIGRATIONS).value = 1
             by_cpu_config(cpu, pe.PERF_COUNT_SW_PAGE_FAULTS).value = 200
         s.sample(1_500_000_000)
-        s.publish(1_500_000_000)
+        s.publish()
         # One group read per CPU per sample, of the leader (context switches).
         for e in FakeEvent.opened:
             leader = e.config == pe.PERF_COUNT_SW_CONTEXT_SWITCHES
@@ -216,7 +219,7 @@ def test_software_not_wanted_reads_nothing(fake_perf: type[FakePerfEvent],
         for handle in h.values():
             handle.word.value = 0
         s.sample(1)
-        s.publish(1)
+        s.publish()
         assert all(e.reads == 0 for e in FakeEvent.opened)
     finally:
         s.close()
@@ -275,7 +278,7 @@ def test_hardware_grouped_scaled_ipc(fake_perf: type[FakePerfEvent], tmp_path: P
         for e, v in ((cyc, 1500), (ins, 2250), (bm, 12)):
             e.value, e.enabled, e.running = v, 200, 125
         s.sample(2)
-        s.publish(2)
+        s.publish()
     finally:
         s.close()
     assert first == {(0,): (1000, 2000, 10, 2000)}

@@ -33,8 +33,9 @@ from helpers import (
 )
 
 from rezolus_ue.errors import SamplerUnavailable
-from rezolus_ue.metrics.catalog import SCHEDULER, SCHEDULER_CPU
-from rezolus_ue.samplers.scheduler import (
+from rezolus_ue.samplers.base import SharedFiles
+from rezolus_ue.samplers.scheduler import SCHEDULER, SCHEDULER_CPU
+from rezolus_ue.samplers.scheduler.sampler import (
     Scheduler,
     parse_schedstat,
     parse_schedstat_version,
@@ -116,8 +117,10 @@ def test_parse_schedstat(text: bytes, version: int, rows: list[tuple[int, ...]])
 # --- the sampler against a fixture procfs root -----------------------------------------
 
 
-def make_sampler(procfs: Path, enabled: bool = True) -> tuple[Scheduler, dict[str, FakeHandle]]:
-    return start_sampler(Scheduler, procfs, procfs / "no-sysfs", enabled=enabled)
+def make_sampler(procfs: Path, enabled: bool = True, shared: SharedFiles | None = None,
+                 ) -> tuple[Scheduler, dict[str, FakeHandle]]:
+    return start_sampler(Scheduler, procfs, procfs / "no-sysfs", enabled=enabled,
+                         shared=shared)
 
 
 def decode(h: dict[str, FakeHandle]) -> dict[str, list[dict]]:
@@ -192,7 +195,7 @@ def test_sampler_rates(tmp_path: Path) -> None:
                                (tmp_path / "schedstat", b" 123456789 ", b" 123556789 ")):
             replace_in_place(path, old, new)
         s.sample(1_500_000_000)
-        s.publish(1_500_000_000)
+        s.publish()
     finally:
         s.close()
     got = decode(h)
@@ -206,20 +209,21 @@ def test_sampler_rates(tmp_path: Path) -> None:
 def test_sampler_shares_each_ticks_proc_stat_with_cpu_usage(tmp_path: Path) -> None:
     """cpu_usage and scheduler both parse /proc/stat: in one agent tick (one t_ns) the
     kernel is asked once, and the second sampler parses what the first read."""
-    from rezolus_ue.samplers.cpu.usage import CpuUsage
+    from rezolus_ue.samplers.cpu_usage.sampler import CpuUsage
 
     shutil.copy(FIXTURES / "sched_modern" / "stat", tmp_path / "stat")
     cpu_dir = tmp_path / "sys" / "devices" / "system" / "cpu"
     cpu_dir.mkdir(parents=True)
     (cpu_dir / "online").write_text("0-1\n")
-    cpu, _hc = start_sampler(CpuUsage, tmp_path, tmp_path / "sys")
-    s, h = make_sampler(tmp_path)
+    shared = SharedFiles()  # the agent's, handed to both
+    cpu, _hc = start_sampler(CpuUsage, tmp_path, tmp_path / "sys", shared=shared)
+    s, h = make_sampler(tmp_path, shared=shared)
     try:
         cpu.sample(1_000_000_000)
         replace_in_place(tmp_path / "stat", b"ctxt 9860713", b"ctxt 9860813")
         s.sample(1_000_000_000)  # the same tick: cpu_usage's read
         s.sample(1_500_000_000)  # a new tick: read again
-        s.publish(1_500_000_000)
+        s.publish()
         assert s.read()[SCHEDULER][()][0] == 9860813  # outside sample(): always read
     finally:
         s.close()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rezolus_ue.metrics.catalog import SYSCALL, SYSCALL_LATENCY
-from rezolus_ue.samplers.syscall import table
+from rezolus_ue.samplers.syscall import SYSCALL, SYSCALL_LATENCY
+from rezolus_ue.samplers.syscall.sampler import table
 
 #: (number, syscall name, family) spot checks, from the kernel's tables.
 X86_64 = [

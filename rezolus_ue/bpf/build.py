@@ -8,7 +8,9 @@ Needs ``clang`` (any version with ``-target bpf``; Debian 12's 14 works), ``bpft
 dump ``vmlinux.h`` from ``/sys/kernel/btf/vmlinux``) and libbpf's headers (``libbpf-dev``:
 ``/usr/include/bpf``). The objects are CO-RE: built once, they load on any kernel with BTF,
 so ``vmlinux.h`` is only generated when missing. An object is stale when older than its
-source or any header in ``bpf/`` or ``vmlinux.h``.
+source or any header in ``bpf/``, ``bpf/include/`` or ``vmlinux.h``. Each sampler's source
+is named after it (``bpf/<sampler>.bpf.c``, its shared structs in ``bpf/<sampler>.h``);
+headers shared by all are in ``bpf/include/``.
 
 The agent never builds at start (no compiler runs as root behind the user's back): a BPF
 sampler whose object is missing is unavailable with a message naming ``BUILD_COMMAND``.
@@ -31,6 +33,8 @@ from .libbpf import VMLINUX_BTF
 #: The checkout's root (the build works from a source checkout or an editable install).
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIR = ROOT / "bpf"
+#: Headers every object may include (h2.bpf.h, maps.bpf.h, core_fixes.bpf.h).
+INCLUDE = "include"
 OUTPUT_DIR = SOURCE_DIR / ".output"
 LIBBPF_INCLUDE = Path("/usr/include")
 #: What to tell a user whose objects are missing.
@@ -110,11 +114,13 @@ def compile_command(src: Path, obj: Path, output: Path = OUTPUT_DIR,
     """Return the clang command line building ``src`` into ``obj``."""
     return ["clang", "-g", "-O2", "-target", "bpf", f"-D__TARGET_ARCH_{target_arch()}",
             "-Wall", "-Wno-unused-function", "-I", str(output), "-I", str(source_dir),
-            "-I", str(LIBBPF_INCLUDE), "-c", str(src), "-o", str(obj)]
+            "-I", str(source_dir / INCLUDE), "-I", str(LIBBPF_INCLUDE), "-c", str(src),
+            "-o", str(obj)]
 
 
 def _deps(src: Path, output: Path, source_dir: Path) -> list[Path]:
-    return [src, output / "vmlinux.h", *source_dir.glob("*.h"), *src.parent.glob("*.h")]
+    return [src, output / "vmlinux.h", *source_dir.glob("*.h"),
+            *(source_dir / INCLUDE).glob("*.h"), *src.parent.glob("*.h")]
 
 
 def is_stale(src: Path, obj: Path, output: Path = OUTPUT_DIR,

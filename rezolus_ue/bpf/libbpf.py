@@ -38,6 +38,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import KernelFeatureMissing, PermissionDenied, RezolusError
 
 log = logging.getLogger("rezolus_ue.bpf")
@@ -49,7 +51,9 @@ BPF_PROG_TYPE_TRACEPOINT = 5
 BPF_PROG_TYPE_RAW_TRACEPOINT = 17
 BPF_PROG_TYPE_TRACING = 26
 #: BTF kinds (linux/btf.h).
-BTF_KIND_INT, BTF_KIND_STRUCT, BTF_KIND_TYPEDEF = 1, 4, 8
+BTF_KIND_INT, BTF_KIND_ARRAY, BTF_KIND_STRUCT, BTF_KIND_TYPEDEF = 1, 3, 4, 8
+#: Kinds that only qualify the type they refer to (volatile, const, restrict).
+_BTF_QUALIFIERS = (9, 10, 11)
 BTF_KIND_FUNC, BTF_KIND_VAR, BTF_KIND_DATASEC = 12, 14, 15
 #: map_flags bit of arrays user space may mmap.
 BPF_F_MMAPABLE = 1 << 10
@@ -123,6 +127,7 @@ _SIGNATURES: tuple[tuple, ...] = (
     ("bpf_map__fd", ctypes.c_int, _P),
     ("bpf_map__reuse_fd", ctypes.c_int, _P, ctypes.c_int),
     ("bpf_map__value_size", ctypes.c_uint32, _P),
+    ("bpf_map__btf_value_type_id", ctypes.c_uint32, _P),
     ("bpf_map__max_entries", ctypes.c_uint32, _P),
     ("bpf_map__set_max_entries", ctypes.c_int, _P, ctypes.c_uint32),
     ("bpf_map__map_flags", ctypes.c_uint32, _P),
@@ -421,6 +426,37 @@ class Btf:
             members[self._name(m.a)] = (bit_off // 8, int(size))
         return StructLayout(name, t.size_or_type, members)
 
+    def dtype(self, tid: int) -> np.dtype:
+        """Return the NumPy dtype of BTF type ``tid``: integers (through typedefs and
+        qualifiers), arrays of them, and structs of those. Struct members whose name starts
+        with ``__`` (padding) are left out; the itemsize stays the struct's size."""
+        t, addr = self._type(tid)
+        kind = (t.info >> 24) & 0x1F
+        if kind == BTF_KIND_TYPEDEF or kind in _BTF_QUALIFIERS:
+            return self.dtype(t.size_or_type)
+        if kind == BTF_KIND_INT:
+            encoding = ctypes.c_uint32.from_address(addr + ctypes.sizeof(_BtfType)).value
+            signed = (encoding >> 24) & 1
+            return np.dtype(f"={'i' if signed else 'u'}{t.size_or_type}")
+        if kind == BTF_KIND_ARRAY:
+            # struct btf_array {type; index_type; nelems} follows the header.
+            arr = _BtfMember.from_address(addr + ctypes.sizeof(_BtfType))
+            inner, n = self.dtype(arr.a), arr.c
+            return np.dtype((inner.base, (n, *inner.shape)))
+        if kind == BTF_KIND_STRUCT:
+            kflag = t.info >> 31
+            names, formats, offsets = [], [], []
+            for m in self._entries(tid):
+                name = self._name(m.a)
+                if name.startswith("__"):
+                    continue
+                names.append(name)
+                formats.append(self.dtype(m.b))
+                offsets.append((m.c & 0xFFFFFF if kflag else m.c) // 8)
+            return np.dtype({"names": names, "formats": formats, "offsets": offsets,
+                             "itemsize": t.size_or_type})
+        raise BpfError(f"{self.what}: BTF type {tid} (kind {kind}) has no NumPy dtype here")
+
     def datasec(self, name: str) -> dict[str, tuple[int, int]]:
         """Return the variables of data section ``name`` (e.g. ``.bss``): (offset, size)."""
         tid = self.find(name, BTF_KIND_DATASEC)
@@ -566,6 +602,11 @@ class Map:
     def value_size(self) -> int:
         """Return the size of one value in bytes."""
         return lib().bpf_map__value_size(self._ptr)
+
+    @property
+    def btf_value_type_id(self) -> int:
+        """Return the BTF type id of the map's value (0: declared without BTF)."""
+        return lib().bpf_map__btf_value_type_id(self._ptr)
 
     @property
     def max_entries(self) -> int:

@@ -28,7 +28,10 @@ BPF_LINK_CREATE: CAP_BPF and CAP_PERFMON) and kprobes through the perf kprobe PM
 (CAP_PERFMON): none reads tracefs after start-up.
 
 ``unload`` goes further: it closes the object, so no program of ours stays in the kernel
-(``bpftool prog show`` lists none), but keeps a dup of each map named in ``keep_maps``;
+(``bpftool prog show`` lists none), but keeps a dup of each kept map: every
+``BPF_F_MMAPABLE`` one, which user space reads (``.bss`` included; not ``.rodata`` or
+``.data``, set before each load), and those named in ``keep_maps`` (maps user space
+writes, e.g. a hash it fills);
 the next ``load`` hands those fds to libbpf (``bpf_map__reuse_fd``), so cumulative
 histograms and counters, and the NumPy views over them, survive unload/load cycles.
 ``array`` maps a ``BPF_F_MMAPABLE`` array into a NumPy view: reading it is a memory load,
@@ -56,6 +59,7 @@ from ..errors import KernelFeatureMissing, SamplerUnavailable
 from ..linux.perf_event import PERF_TYPE_TRACEPOINT, PerfEventAttr, perf_event_open
 from . import build
 from .libbpf import (
+    BPF_F_MMAPABLE,
     BPF_PROG_TYPE_KPROBE,
     BPF_PROG_TYPE_RAW_TRACEPOINT,
     BPF_PROG_TYPE_TRACEPOINT,
@@ -299,6 +303,19 @@ def choose(hooks: dict[str, Hook], features: Features, prefer: str = "auto") -> 
     return out
 
 
+#: Suffixes of the internal maps of globals set before each load (never kept).
+_PER_LOAD = (".rodata", ".data", ".kconfig")
+
+
+def kept_maps(obj: Object, also: tuple[str, ...] = ()) -> list[str]:
+    """Return the maps of ``obj`` kept across unload: every ``BPF_F_MMAPABLE`` one (user
+    space mmaps it to read it) except those set before each load, and ``also``."""
+    # libbpf names an internal map "<object name prefix>.bss"; ".bss" finds it too.
+    names = {n: n[n.index("."):] if "." in n else n for n in obj.maps}
+    return [names[n] for n, m in obj.maps.items()
+            if (m.flags & BPF_F_MMAPABLE and not n.endswith(_PER_LOAD)) or n in also]
+
+
 class BpfObject:
     """A sampler's loaded BPF object: chosen programs, attach/detach, mmapped arrays."""
 
@@ -325,7 +342,7 @@ class BpfObject:
         self.links: list[Link] = []
         self.load_ns = 0
         self.loads = 0
-        #: Maps kept across unload (their contents and views survive): name -> our dup fd.
+        #: Maps kept across unload beyond the mmapable ones (module docstring).
         self.keep_maps = keep_maps
         self._kept: dict[str, int] = {}
         self._maps: list[mmap.mmap] = []
@@ -373,7 +390,7 @@ class BpfObject:
             if self.before_load is not None:
                 self.before_load(obj)
             obj.load()
-            for m in self.keep_maps:
+            for m in kept_maps(obj, self.keep_maps):
                 if m not in self._kept:
                     self._kept[m] = os.dup(obj.map(m).fd)
         except BaseException:
@@ -468,19 +485,21 @@ class BpfObject:
             raise RuntimeError(f"{self.name}: BPF object not loaded")
         return self.obj
 
-    def array(self, map_name: str, dtype: np.dtype | type = np.uint64,
-              writable: bool = False) -> np.ndarray:
-        """Return a NumPy view of a BPF_F_MMAPABLE array's values (``max_entries`` long).
+    def array(self, map_name: str, writable: bool = False) -> np.ndarray:
+        """Return a NumPy view of a BPF_F_MMAPABLE array's values (``max_entries`` long),
+        typed as the C declares the value (from the object's BTF: a struct becomes a
+        structured dtype without its ``__`` padding members).
 
-        Map ``map_name`` in ``keep_maps`` for the view to stay valid across unload.
+        The map is kept across unload (it is mmapable), so the view stays valid.
         """
-        key = f"{map_name}:{np.dtype(dtype).str}:{writable}"
+        key = f"{map_name}:{writable}"
         if key in self._views:
             return self._views[key]
-        m = self._require().map(map_name)
+        obj = self._require()
+        m = obj.map(map_name)
+        dt = obj.btf().dtype(m.btf_value_type_id)
         mm = m.mmap(writable)
         self._maps.append(mm)
-        dt = np.dtype(dtype)
         if dt.itemsize != (m.value_size + 7) // 8 * 8:
             raise ValueError(f"{map_name}: value stride {m.value_size} does not match"
                              f" {dt} ({dt.itemsize} bytes)")
@@ -492,7 +511,7 @@ class BpfObject:
                    section: str = ".bss", writable: bool = True) -> np.ndarray:
         """Return a one-element view of global variable ``name`` (mmapped ``section``).
 
-        Put ``section`` in ``keep_maps`` for the view to stay valid across unload.
+        ``.bss`` is kept across unload, so its views stay valid.
         """
         key = f"{section}/{name}"
         if key in self._views:

@@ -4,10 +4,9 @@ sample), and the kernel's cpulist format (``/sys/devices/system/cpu/online``).
 procfs regenerates a file's text on every read from offset 0, so one fd serves forever.
 
 Two samplers that read the same file on every tick (cpu_usage and scheduler both parse
-``/proc/stat``) open it with ``shared`` and read it with ``read_at(t_ns)``: the first read
-of an agent tick (every sampler of a tick gets the same ``t_ns``) goes to the kernel, the
-others reuse its bytes. Each sampler still opens and closes the file on its own, so either
-works alone.
+``/proc/stat``) get it from the agent's ``samplers.base.SharedFiles`` and read it with
+``read_at(t_ns)``: the first read of an agent tick (every sampler of a tick gets the same
+``t_ns``) goes to the kernel, the others reuse its bytes.
 """
 
 from __future__ import annotations
@@ -76,56 +75,6 @@ class KeptOpen:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-#: Files opened with ``shared``, by path: the file and how many holders it has.
-_SHARED: dict[str, list] = {}
-
-
-class SharedFile:
-    """One holder's handle on a KeptOpen file that several samplers read (see ``shared``)."""
-
-    __slots__ = ("_file", "_key", "path")
-
-    def __init__(self, key: str, file: KeptOpen) -> None:
-        self._key = key
-        self._file: KeptOpen | None = file
-        self.path = file.path
-
-    def read(self) -> bytes:
-        """Return the file's current contents."""
-        assert self._file is not None, "read after close"
-        return self._file.read()
-
-    def read_at(self, t_ns: int | None) -> bytes:
-        """Return the contents as read at time stamp ``t_ns`` (see KeptOpen.read_at): one
-        read per stamp for all holders."""
-        assert self._file is not None, "read after close"
-        return self._file.read_at(t_ns)
-
-    def close(self) -> None:
-        """Let go of the file (idempotent); the last holder closes it."""
-        if self._file is None:
-            return
-        self._file = None
-        entry = _SHARED.get(self._key)
-        if entry is None:
-            return
-        entry[1] -= 1
-        if entry[1] <= 0:
-            del _SHARED[self._key]
-            entry[0].close()
-
-
-def shared(path: str | Path) -> SharedFile:
-    """Return a handle on the file at ``path``, kept open while any holder has one; all
-    holders' ``read_at`` with the same stamp share one read."""
-    key = str(path)
-    entry = _SHARED.get(key)
-    if entry is None:
-        entry = _SHARED[key] = [KeptOpen(path), 0]
-    entry[1] += 1
-    return SharedFile(key, entry[0])
 
 
 def picker(positions: Sequence[int]) -> Callable[[Sequence[bytes]], tuple[bytes, ...]]:

@@ -108,7 +108,6 @@ class Family:
     description: str
     labels: tuple[Label, ...]
     metrics: tuple[Metric, ...]
-    cadence: str = ""
     #: How the _dist event's samples are taken, when not every sample_interval.
     dist_sampling: str = ""
 
@@ -122,6 +121,13 @@ class Family:
     def scalars(self) -> tuple[Metric, ...]:
         """Return the counters and gauges, in order."""
         return tuple(m for m in self.metrics if m.kind is not Kind.HISTOGRAM)
+
+    def slot(self, name: str) -> int:
+        """Return the position of scalar ``name`` in a row (``scalars`` order)."""
+        for i, m in enumerate(self.scalars):
+            if m.name == name:
+                return i
+        raise KeyError(f"{self.event} has no scalar {name!r}")
 
     @property
     def histogram(self) -> Metric | None:
@@ -194,7 +200,7 @@ class Family:
             fields.append(Field("buckets", REL_BYTES, "", f"{h.name}: the interval's non-zero"
                                 " buckets, {u16 index; u64 count} each", max_len=room))
         return EventSchema(self.event, self.description + _describe(self), tuple(fields),
-                           self.sampler, self.cadence or _cadence(self))
+                           self.sampler, _cadence(self))
 
 
 def _cadence(f: Family) -> str:

@@ -8,7 +8,7 @@ bucket's width is at most 1/8 of its lower bound (12.5% relative error, bounded)
     index(v) = v                                          if v < 16
              = (k - p) * 2**p + (v >> (k - p))            with k = floor(log2 v)
 
-The BPF side (``bpf/h2.bpf.h``) computes the same function; a test checks they agree.
+The BPF side (``bpf/include/h2.bpf.h``) computes the same function; a test checks they agree.
 Histograms are cumulative and never reset; a percentile is the *upper* edge of the bucket
 holding that rank (as Rezolus reports it). Deltas between snapshots detect resets.
 

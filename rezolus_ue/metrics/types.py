@@ -1,4 +1,4 @@
-"""Runtime metric values: Counter, Gauge and Histogram (H2 buckets in a NumPy array)."""
+"""The agent's own runtime histogram (H2 buckets in a NumPy array)."""
 
 from __future__ import annotations
 
@@ -8,35 +8,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import h2
-
-
-class Counter:
-    """A cumulative count that only grows."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: int = 0) -> None:
-        self.value = value
-
-    def add(self, n: int = 1) -> None:
-        """Add ``n`` (>= 0)."""
-        if n < 0:
-            raise ValueError("a counter only grows")
-        self.value += n
-
-
-class Gauge:
-    """A level that may go up and down."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: int = 0) -> None:
-        self.value = value
-
-    def set(self, value: int) -> None:
-        """Set the current level."""
-        self.value = value
-
 
 _MAX_VALUE = h2.MAX_VALUE
 _FLUSH_AT = 4096

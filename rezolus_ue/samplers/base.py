@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import ctypes
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from ..config import Option
+from ..config import SAMPLER_OPTIONS, Option
 from ..encoding import EventSchema
+from ..linux.procfs import KeptOpen
 from ..metrics.family import Family, Oversampler
+from ..metrics.types import Histogram
 
 if TYPE_CHECKING:
     from ..publisher import EventHandle
@@ -27,16 +29,92 @@ class Roots:
     sysfs: Path = Path("/sys")
 
 
+class SharedFiles:
+    """procfs files several samplers read every tick (``/proc/stat``: cpu_usage and
+    scheduler), owned by the agent and handed to each sampler in its context: a file is
+    opened by the first sampler that asks (``open``) and closed when the last holder
+    closes its handle; ``read_at`` with the tick's stamp reads it once per tick."""
+
+    def __init__(self) -> None:
+        self._files: dict[Path, list] = {}  # path -> [KeptOpen, holders]
+
+    def open(self, path: Path) -> SharedFile:
+        """Return a handle on the file at ``path`` (raising as KeptOpen does)."""
+        entry = self._files.get(path)
+        if entry is None:
+            entry = self._files[path] = [KeptOpen(path), 0]
+        entry[1] += 1
+        return SharedFile(self, path, entry[0])
+
+    def _release(self, path: Path) -> None:
+        entry = self._files[path]
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del self._files[path]
+            entry[0].close()
+
+
+class SharedFile:
+    """One sampler's handle on a file of ``SharedFiles``."""
+
+    __slots__ = ("_file", "_owner", "path")
+
+    def __init__(self, owner: SharedFiles, path: Path, file: KeptOpen) -> None:
+        self._owner, self.path, self._file = owner, path, file
+
+    def read(self) -> bytes:
+        """Return the file's current contents."""
+        assert self._file is not None, "read after close"
+        return self._file.read()
+
+    def read_at(self, t_ns: int | None) -> bytes:
+        """Return the contents as read at tick stamp ``t_ns`` (``KeptOpen.read_at``)."""
+        assert self._file is not None, "read after close"
+        return self._file.read_at(t_ns)
+
+    def close(self) -> None:
+        """Let go of the file (idempotent); the last holder closes it."""
+        if self._file is not None:
+            self._file = None
+            self._owner._release(self.path)
+
+
+class SamplerStatus(Protocol):
+    """What the agent knows about one configured sampler (``agent.SamplerState``)."""
+
+    name: str
+    reason: str
+    last_error: str
+    errors: int
+    refreshes: int
+    cost_us: Histogram
+
+    @property
+    def state(self) -> str:
+        """Return what consumers are told: idle, active, failed, unavailable, disabled."""
+
+
+class AgentView(Protocol):
+    """What the agent shows of itself to the sampler that publishes its health (``agent``)."""
+
+    def stats(self) -> Mapping[str, int]:
+        """Return the agent's self-statistics (rezolus_agent's counters)."""
+
+    def sampler_states(self) -> Sequence[SamplerStatus]:
+        """Return every configured sampler's state."""
+
+
 @dataclass
 class SamplerContext:
     """What a sampler gets from the agent."""
 
     roots: Roots
     options: Mapping[str, object]
-    #: Agent self-statistics, for the agent sampler (name -> value).
-    agent_stats: Callable[[], Mapping[str, int]] = field(default=lambda: {})
-    #: The agent's per-sampler states, for the agent sampler.
-    sampler_states: Callable[[], Sequence[object]] = field(default=lambda: ())
+    #: The agent itself, for the sampler publishing its health (None outside an agent).
+    agent: AgentView | None = None
+    #: Files read by several samplers, one read per tick (the agent's; else this
+    #: sampler's own).
+    shared: SharedFiles = field(default_factory=SharedFiles)
 
 
 class Sampler(ABC):
@@ -72,6 +150,43 @@ class Sampler(ABC):
     def events(cls) -> tuple[EventSchema, ...]:
         """Return every event this sampler publishes."""
         return tuple(s for f in cls.families for s in f.schemas)
+
+    def option(self, key: str) -> object:
+        """Return option ``key``: as configured, else its declared default (converted)."""
+        if key in self.ctx.options:
+            return self.ctx.options[key]
+        for o in (*SAMPLER_OPTIONS, *self.options):
+            if o.key == key:
+                return o.convert(o.default)
+        raise KeyError(f"sampler {self.name} declares no option {key!r}")
+
+    def int_option(self, key: str) -> int:
+        """Return an "int" or "duration" option."""
+        value = self.option(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"option {self.name}.{key} is {value!r}, not an int")
+        return value
+
+    def bool_option(self, key: str) -> bool:
+        """Return a "bool" option."""
+        value = self.option(key)
+        if not isinstance(value, bool):
+            raise TypeError(f"option {self.name}.{key} is {value!r}, not a bool")
+        return value
+
+    def str_option(self, key: str) -> str:
+        """Return a "path" or "choice" option."""
+        value = self.option(key)
+        if not isinstance(value, str):
+            raise TypeError(f"option {self.name}.{key} is {value!r}, not a string")
+        return value
+
+    def strings_option(self, key: str) -> tuple[str, ...]:
+        """Return a "strings" option."""
+        value = self.option(key)
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise TypeError(f"option {self.name}.{key} is {value!r}, not a list of strings")
+        return tuple(value)
 
     def start(self) -> None:  # noqa: B027 - optional hook
         """Acquire what sample/publish need; raise SamplerUnavailable when it cannot run."""
@@ -154,8 +269,23 @@ class Sampler(ABC):
         """
 
     @abstractmethod
-    def publish(self, t_ns: int) -> None:
-        """Write the interval's records for the enabled events."""
+    def publish(self) -> None:
+        """Write the interval's records for the enabled events (through ``emit``)."""
+
+    def enabled(self, schema: EventSchema | None) -> bool:
+        """Return True while a consumer has ``schema``'s event enabled."""
+        h = self.handles.get(schema.name) if schema is not None else None
+        return h is not None and bool(h.word.value)
+
+    def emit(self, schema: EventSchema | None, records: Iterable[Sequence[object]]) -> None:
+        """Pack and write ``records`` to ``schema``'s event while a consumer has it enabled;
+        otherwise ``records`` (a generator, so nothing is computed) is not consumed."""
+        h = self.handles.get(schema.name) if schema is not None else None
+        if schema is None or h is None or not h.word.value:
+            return
+        pack, write = schema.pack, h.write
+        for r in records:
+            write(pack(*r))
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what start acquired."""
@@ -189,36 +319,33 @@ class Unchanged:
 
 
 class FamilySampler(Sampler):
-    """A sampler that reads rows of counters and gauges: implement ``read``, or split it
-    into ``capture`` (the I/O) and ``parse`` (pure, in capture order).
+    """A sampler that reads rows of counters and gauges, in one shape: ``capture`` (the
+    I/O) and ``parse`` (turning a capture into rows, in capture order).
 
-    ``read`` returns, for each family it could read this time, ``{labels: values}`` with
-    values in the family's scalar order (counter totals, gauge levels). Oversampling, rates,
-    percentiles and writing both events of each family are handled here.
+    ``parse`` returns, for each family it could read this time, ``{labels: values}`` with
+    values in the family's scalar order (counter totals, gauge levels); ``read`` is both
+    at once. Oversampling, rates, percentiles and writing both events of each family are
+    handled here.
 
-    A sampler with ``capture``/``parse`` only captures between publish ticks; its captures
-    are parsed in one pass at the publish tick. Why: the agent sleeps between ticks, so each
-    sample's Python runs with cold caches, at 1.6 to 6 times the cost of the same code run
-    again at once (reference VM, per sampler); ten parses in a row pay that about once.
-    Measured with the procfs samplers interleaved in one run: 1.26% of a core parsing at
-    every 100 ms sample, 1.09% capturing only. The records are the same, as every capture
-    keeps its own time stamp.
+    Between publish ticks a sampler only captures; its captures are parsed in one pass at
+    the publish tick. Why: the agent sleeps between ticks, so each sample's Python runs
+    with cold caches, at 1.6 to 6 times the cost of the same code run again at once
+    (reference VM, per sampler); ten parses in a row pay that about once. Measured with the
+    procfs samplers interleaved in one run: 1.26% of a core parsing at every 100 ms sample,
+    1.09% capturing only. The records are the same, as every capture keeps its own time
+    stamp.
     """
 
     #: Captures kept between publish ticks before they are parsed anyway (a bound, should
     #: publish ticks stop coming: 10 s at the shortest sample_interval).
     MAX_PENDING: ClassVar[int] = 100
 
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        cls._defers = cls.capture is not FamilySampler.capture
-
     def __init__(self, ctx: SamplerContext) -> None:
         super().__init__(ctx)
         self._over = {f: Oversampler(f) for f in self.families}
         self._fresh: set[Family] = set()
         #: The agent tick's time stamp while ``read`` runs inside ``sample`` (else None):
-        #: samplers sharing a file read it once per tick with ``Shared.read_at``.
+        #: samplers sharing a file (``ctx.shared``) read it once per tick with ``read_at``.
         self._sample_ns: int | None = None
         #: (t_ns, families whose _dist event was enabled, capture) not parsed yet.
         self._pending: list[tuple[int, set[Family], object]] = []
@@ -227,14 +354,14 @@ class FamilySampler(Sampler):
         """Return one sample of every wanted family this sampler can read."""
         return self.parse(self.capture())
 
+    @abstractmethod
     def capture(self) -> Any:
         """Read the sources of the wanted families (``family_wanted``); return what
         ``parse`` needs. I/O only: no parsing beyond what choosing the reads needs."""
-        raise NotImplementedError(f"{type(self).__name__} implements read()")
 
+    @abstractmethod
     def parse(self, raw: Any) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
         """Return the rows of a ``capture``; called once per capture, in capture order."""
-        raise NotImplementedError(f"{type(self).__name__} implements read()")
 
     def sample(self, t_ns: int, full: bool = True) -> None:
         dist = set()
@@ -247,9 +374,6 @@ class FamilySampler(Sampler):
                 reading.add(f)
         self._reading, self._sample_ns = reading, t_ns
         try:
-            if not self._defers:
-                self._add(t_ns, self.read() if reading else {}, dist)
-                return
             if reading:
                 self._pending.append((t_ns, dist, self.capture()))
         finally:
@@ -273,19 +397,10 @@ class FamilySampler(Sampler):
             self._over[fam].add(t_ns, rows, fam in dist)
             self._fresh.add(fam)
 
-    def publish(self, t_ns: int) -> None:
+    def publish(self) -> None:
         # Only families sampled since the last publish: a family nobody wants is not read.
         fresh, self._fresh = self._fresh, set()
         for fam in fresh:
             records, dist = self._over[fam].publish()
-            h = self.handles.get(fam.schema.name)
-            if h is not None and h.word.value:
-                pack, write = fam.schema.pack, h.write
-                for r in records:
-                    write(pack(*r))
-            if fam.dist_schema is not None:
-                h = self.handles.get(fam.dist_schema.name)
-                if h is not None and h.word.value:
-                    pack, write = fam.dist_schema.pack, h.write
-                    for r in dist:
-                        write(pack(*r))
+            self.emit(fam.schema, records)
+            self.emit(fam.dist_schema, dist)

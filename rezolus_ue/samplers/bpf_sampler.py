@@ -10,7 +10,8 @@ refused attach shows there, and otherwise at the first activation, which then ma
 sampler unavailable with the kernel's reason. With no consumer none of our programs
 is in the kernel. ``activate`` (a consumer enabled one of the sampler's events)
 loads and attaches; ``deactivate`` (the last consumer left; the agent checks every publish
-interval) detaches and unloads. The maps named in ``keep_maps`` survive unloading
+interval) detaches and unloads. The maps user space reads (every ``BPF_F_MMAPABLE`` one,
+``.bss`` included) and those named in ``keep_maps`` survive unloading
 (``BpfObject.unload``), so histograms and counters stay cumulative across cycles, and
 every histogram record carries ``attached_ns``, the part of its interval the programs were
 attached: the first record after a re-attach says it covers less than an interval.
@@ -120,21 +121,22 @@ LOADER = Loader()
 
 
 class BpfSampler(Sampler):
-    """A sampler whose data comes from one BPF object (``bpf/<bpf_object>.bpf.c``).
+    """A sampler whose data comes from one BPF object, named after it: ``bpf/<name>.bpf.c``
+    (its structs shared with Python in ``bpf/<name>.h``).
 
-    Subclasses set ``bpf_object``, ``keep_maps`` (every map read by user space, plus
-    ``.bss`` for globals user space writes) and implement ``setup`` (take views of the
-    maps) and ``publish``. ``histograms`` lists (family, map) pairs published by
+    Subclasses implement ``setup`` (take views of the maps) and ``publish``, and set
+    ``keep_maps`` only for maps user space writes that are not mmapable (mmapable ones,
+    which it reads, are kept anyway). ``histograms`` lists (family, map) pairs published by
     ``publish_histograms``.
     """
 
-    bpf_object: ClassVar[str]
     #: Queued in, or being activated by, LOADER.
     _pending = False
     _error: BaseException | None = None
     #: Per-CPU maps sized to the possible CPUs before load.
     per_cpu_maps: ClassVar[tuple[str, ...]] = ()
-    #: Maps that keep their contents across unload/load (cumulative data, .bss).
+    #: Maps user space writes that keep their contents across unload/load, beyond the
+    #: mmapable ones (always kept: cumulative data, .bss).
     keep_maps: ClassVar[tuple[str, ...]] = ()
     #: (family, map name) of each cumulative H2 histogram map.
     histograms: ClassVar[tuple[tuple[Family, str], ...]] = ()
@@ -153,10 +155,10 @@ class BpfSampler(Sampler):
     @property
     def collect(self) -> str:
         """Return the configured collection mode."""
-        return str(self.ctx.options.get("collect", "on-demand"))
+        return self.str_option("collect")
 
     def start(self) -> None:
-        bpf = BpfObject(self.bpf_object, prefer=str(self.ctx.options.get("attach", "auto")),
+        bpf = BpfObject(self.name, prefer=self.str_option("attach"),
                         per_cpu_maps=self.per_cpu_maps, keep_maps=self.keep_maps,
                         before_load=self.configure)
         bpf.load(programs=self.collect == "always")
@@ -269,12 +271,7 @@ class BpfSampler(Sampler):
             cur = view.copy()
             counts, _reset = h2.delta(cur, self._prev[fam])
             self._prev[fam] = cur
-            h = self.handles.get(fam.schema.name)
-            if h is None or not h.word.value:
-                continue
-            schema = fam.schema
-            for rec in histogram_records(schema, labels, (window,), counts):
-                h.write(schema.pack(*rec))
+            self.emit(fam.schema, histogram_records(fam.schema, labels, (window,), counts))
 
     def close(self) -> None:
         self._join()

@@ -250,7 +250,7 @@ def test_ftrace_shows_cpu_usage_fields(tracefs, agent, instance):
 
 
 def test_sighup_reloads_and_a_bad_config_keeps_the_old_one(tracefs, tmp_path):
-    from rezolus_ue.metrics.catalog import MEMORY
+    from rezolus_ue.samplers.memory import MEMORY
 
     conf = tmp_path / "rezolus-ue.toml"
     conf.write_text(without_bpf(tmp_path, "[samplers.memory]\nenabled = true\n").read_text())

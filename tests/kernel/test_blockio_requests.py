@@ -27,8 +27,8 @@ from test_bpf_blockio_requests import (
 )
 
 from rezolus_ue.bpf import build
-from rezolus_ue.metrics.catalog import BLOCKIO_REQUESTS
-from rezolus_ue.samplers.blockio_requests import BlockioRequests
+from rezolus_ue.samplers.blockio_requests import BLOCKIO_REQUESTS
+from rezolus_ue.samplers.blockio_requests.sampler import BlockioRequests
 
 pytestmark = pytest.mark.kernel
 
@@ -101,7 +101,7 @@ def test_known_io_and_an_error(device: tuple[str, bool], attach: str) -> None:
         direct_io(dev, N, write=False, offset=GOOD_OFFSET)
         if can_fail:
             read_bad_block(dev)
-        s.publish(0)
+        s.publish()
         s.deactivate()
     finally:
         s.close()

@@ -26,8 +26,8 @@ import pytest
 from rezolus_ue import agent as agent_mod
 from rezolus_ue import events_cmd
 from rezolus_ue.bpf import build
-from rezolus_ue.metrics.catalog import SCHEDULER_RUNQUEUE_LATENCY
 from rezolus_ue.samplers import REGISTRY
+from rezolus_ue.samplers.scheduler_runqueue import SCHEDULER_RUNQUEUE_LATENCY
 
 from .conftest import wait_for
 

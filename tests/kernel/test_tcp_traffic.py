@@ -13,10 +13,12 @@ from helpers import decoded, require_bpf_object, start_sampler
 from test_bpf_network_traffic import loopback_transfer
 
 from rezolus_ue.bpf.loader import Features
-from rezolus_ue.metrics.catalog import NETWORK_TRAFFIC, TCP_CONNECT_LATENCY, TCP_TRAFFIC
-from rezolus_ue.samplers.network_traffic import NetworkTraffic
-from rezolus_ue.samplers.tcp import Tcp
-from rezolus_ue.samplers.tcp_traffic import TcpTraffic
+from rezolus_ue.samplers.network_traffic import NETWORK_TRAFFIC
+from rezolus_ue.samplers.network_traffic.sampler import NetworkTraffic
+from rezolus_ue.samplers.tcp import TCP_CONNECT_LATENCY
+from rezolus_ue.samplers.tcp.sampler import Tcp
+from rezolus_ue.samplers.tcp_traffic import TCP_TRAFFIC
+from rezolus_ue.samplers.tcp_traffic.sampler import TcpTraffic
 
 pytestmark = pytest.mark.kernel
 
@@ -38,9 +40,9 @@ def test_loopback_transfer_counts_bytes_both_ways(attach: str) -> None:
         s.activate()
         assert s.bpf.attach_kinds == attach
         assert {p.name for p in s.bpf.programs} == PROGRAMS[attach]
-        s.publish(0)
+        s.publish()
         loopback_transfer(K)
-        s.publish(0)
+        s.publish()
         s.deactivate()
     finally:
         s.close()
@@ -58,10 +60,10 @@ def test_tracepoint_samplers_on_this_kernel() -> None:
     try:
         tcp.activate()
         net.activate()
-        net.publish(0)
+        net.publish()
         loopback_transfer(K)
-        tcp.publish(0)
-        net.publish(0)
+        tcp.publish()
+        net.publish()
     finally:
         tcp.close()
         net.close()

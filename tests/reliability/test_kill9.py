@@ -13,7 +13,9 @@ import time
 
 import pytest
 
-from rezolus_ue.metrics.catalog import AGENT, CPU_USAGE, SCHEDULER_RUNQUEUE_LATENCY
+from rezolus_ue.samplers.agent import AGENT
+from rezolus_ue.samplers.cpu_usage import CPU_USAGE
+from rezolus_ue.samplers.scheduler_runqueue import SCHEDULER_RUNQUEUE_LATENCY
 
 from .agentproc import ForkedAgent, config_with, ours_in_kernel, program_names
 from .conftest import wait_for

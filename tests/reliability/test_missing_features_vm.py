@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rezolus_ue.metrics.catalog import CPU_USAGE, SCHEDULER_RUNQUEUE_LATENCY
+from rezolus_ue.samplers.cpu_usage import CPU_USAGE
+from rezolus_ue.samplers.scheduler_runqueue import SCHEDULER_RUNQUEUE_LATENCY
 
 from .conftest import wait_for
 

@@ -1,5 +1,72 @@
-"""The syscall sampler: BPF on raw_syscalls, counts and latency by family (see ``sampler``)."""
+"""Syscalls counted, and their latency measured, by family, by BPF (Rezolus's syscall
+sampler).
 
-from .sampler import COUNTS_DTYPE, Syscall
+BPF: ``bpf/syscall.bpf.c`` (shared struct: ``bpf/syscall.h``), built by ``python -m
+rezolus_ue.bpf.build``. Hooks: ``raw_syscalls:sys_enter`` and ``raw_syscalls:sys_exit``,
+each as tp_btf, raw_tp or classic tracepoint: the best one the kernel supports is loaded
+(option ``attach`` forces one). Needs kernel BTF and CAP_BPF + CAP_PERFMON (or root).
+The syscall-number -> family table (``table.py``, x86_64 and arm64) is written into the
+object's ``.rodata`` before each load.
 
-__all__ = ["COUNTS_DTYPE", "Syscall"]
+Events: ``rezolus_syscall``: per family (``op``), syscalls entered, totals since the
+programs were first loaded; all sixteen families every interval, zeros included, so a
+consumer computing rates sees an unbroken series per family. ``rezolus_syscall_latency``:
+per family, an H2 histogram of the interval's enter-to-exit times (of every call, or of a
+random 1 in ``latency_sample``), with ``attached_ns``;
+only families with at least one call returning in the interval, since an empty histogram
+record carries nothing the counter does not already say (a syscall that blocks across
+several intervals is recorded in the one it returns in).
+
+Lifecycle (``BpfSampler``): loaded at start to verify, then unloaded; attached only while
+a consumer has one of the two events enabled (``collect = "on-demand"``). The counts (one
+``struct syscall_counts``, two cache lines, per CPU) and the histograms (16 x 496 u64 in
+one array) are ``BPF_F_MMAPABLE`` maps kept across unloads and read through mmap: a
+publish makes no syscall to read them. Each thread's enter time lives in BPF task
+storage, created with the programs and gone with them.
+
+The object loads and counts on the VM tier's Linux 6.12 too (tp_btf, raw_tp and
+tracepoint). Cost: docs/PERFORMANCE.md (measured by ``bench/``).
+"""
+
+from __future__ import annotations
+
+from ...config import Option
+from ...encoding import char_array
+from ...metrics.family import Family, Label, counter, histogram
+from ...metrics.labels import ATTACHED
+
+SYSCALL_OP = Label("op", char_array(16), "syscall family: read, write, poll, lock, time,"
+                   " sleep, socket, yield, filesystem, memory, process, query, ipc, timer,"
+                   " event or other")
+
+SYSCALL = Family(
+    "rezolus_syscall", "syscall",
+    "Syscalls by family, counted by BPF on raw_syscalls:sys_enter while a consumer is"
+    " attached (totals since the agent loaded the programs; every family, every interval).",
+    (SYSCALL_OP,),
+    (counter("calls", "syscalls", "syscalls entered", dist=False),),
+)
+
+SYSCALL_LATENCY = Family(
+    "rezolus_syscall_latency", "syscall",
+    "Syscall latency by family: from a thread's raw_syscalls:sys_enter to its sys_exit"
+    " (BPF), of every call or, with option latency_sample = N, of a random 1 in N."
+    " Only families with calls returning in the interval have a record.",
+    (SYSCALL_OP,),
+    (ATTACHED, histogram("latency_ns", "ns", "time from syscall entry to return")),
+)
+
+#: This sampler's families, in documentation order.
+FAMILIES: tuple[Family, ...] = (SYSCALL, SYSCALL_LATENCY,)
+
+#: This sampler's options (beyond the common ones and BPF_OPTIONS): key, type, default, help.
+OPTIONS: tuple[Option, ...] = (
+    Option("latency_sample", "int", 1,
+           "Time 1 syscall in this many, chosen at random, for the latency histograms;"
+           " every syscall is counted whatever this is. 1 times every call (each timed"
+           " call costs two clock reads, ~70-130 ns on small VMs: several % of a"
+           " syscall-bound workload); 16 cuts that cost ~16-fold, and the histograms"
+           " then hold a random sample of the calls (their percentiles estimate the"
+           " same distribution; their count is the sample's).",
+           min_ns=1, max_ns=65536),
+)

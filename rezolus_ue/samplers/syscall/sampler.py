@@ -1,43 +1,4 @@
-"""Syscalls counted, and their latency measured, by family, by BPF (Rezolus's syscall
-sampler).
-
-BPF: ``bpf/syscall.bpf.c`` (shared struct: ``bpf/syscall.h``), built by ``python -m
-rezolus_ue.bpf.build``. Hooks: ``raw_syscalls:sys_enter`` and ``raw_syscalls:sys_exit``,
-each as tp_btf, raw_tp or classic tracepoint: the best one the kernel supports is loaded
-(option ``attach`` forces one). Needs kernel BTF and CAP_BPF + CAP_PERFMON (or root).
-The syscall-number -> family table (``table.py``, x86_64 and arm64) is written into the
-object's ``.rodata`` before each load.
-
-Events: ``rezolus_syscall``: per family (``op``), syscalls entered, totals since the
-programs were first loaded; all sixteen families every interval, zeros included, so a
-consumer computing rates sees an unbroken series per family. ``rezolus_syscall_latency``:
-per family, an H2 histogram of the interval's enter-to-exit times (of every call, or of a
-random 1 in ``latency_sample``), with ``attached_ns``;
-only families with at least one call returning in the interval, since an empty histogram
-record carries nothing the counter does not already say (a syscall that blocks across
-several intervals is recorded in the one it returns in).
-
-Lifecycle (``BpfSampler``): loaded at start to verify, then unloaded; attached only while
-a consumer has one of the two events enabled (``collect = "on-demand"``). The counts (one
-``struct syscall_counts``, two cache lines, per CPU) and the histograms (16 x 496 u64 in
-one array) are ``BPF_F_MMAPABLE`` maps kept across unloads and read through mmap: a
-publish makes no syscall to read them. Each thread's enter time lives in BPF task
-storage, created with the programs and gone with them.
-
-Measured cost (2-vCPU VM, Linux 6.18, shared and noisy: compare figures of one run
-only). Per syscall, ``getppid`` in a loop, minimum over 9 interleaved rounds: 143 ns bare;
-168 with two programs that return at once (the raw_syscalls slow path and two BPF calls:
-the floor of any raw_syscalls consumer); 172 counting only; 193 with ``latency_sample =
-64``, 201 with 8; 277 timing every call (this default: two clock reads, task storage,
-the histogram add). ``perf bench sched messaging -g 10 -l 250`` (2M syscalls), CPU time
-of the workload, median of 11 interleaved rounds (bench/overhead.py): those do-nothing
-programs alone +9.1%; scheduler_runqueue + this sampler +18.7% timing every call, +12.4%
-at ``latency_sample = 16``; bpftrace doing the same work (runqlat, syscall counts and a
-latency histogram) +56.5%. A plain per-CPU increment instead of the atomic one measured
-the same. One publish (11 histogram and 16 counter records, fake handles: no write
-syscalls) took 0.5-0.9 ms of CPU, mostly H2 percentiles and record packing. The object
-loads and counts on the VM tier's Linux 6.12 too (tp_btf, raw_tp and tracepoint).
-"""
+"""The syscall sampler's class (what it reads and publishes: the package docstring)."""
 
 from __future__ import annotations
 
@@ -49,23 +10,11 @@ import numpy as np
 from ...bpf.build import BUILD_COMMAND
 from ...bpf.libbpf import Object
 from ...bpf.loader import BpfObject
-from ...config import Option
 from ...errors import SamplerUnavailable
 from ...metrics import h2
-from ...metrics.catalog import SYSCALL, SYSCALL_LATENCY
 from ...metrics.family import histogram_records
 from ..bpf_sampler import BPF_OPTIONS, BpfSampler
-from . import table
-
-#: struct syscall_counts (bpf/syscall.h): calls by family, one per CPU.
-COUNTS_DTYPE = np.dtype({
-    "names": ["calls"],
-    "formats": [("=u8", (len(table.FAMILIES),))],
-    "offsets": [0],
-    "itemsize": 8 * len(table.FAMILIES),
-})
-#: C struct name -> its mirror here (tests check both against the object's BTF).
-SHARED_STRUCTS = {"syscall_counts": COUNTS_DTYPE}
+from . import FAMILIES, OPTIONS, SYSCALL, SYSCALL_LATENCY, table
 
 _OPS = tuple(f.encode() for f in table.FAMILIES)
 
@@ -74,21 +23,9 @@ class Syscall(BpfSampler):
     """Syscall counts and latency histograms by family (BPF on raw_syscalls)."""
 
     name = "syscall"
-    families = (SYSCALL, SYSCALL_LATENCY)
-    bpf_object = "syscall"
+    families = FAMILIES
     per_cpu_maps = ("counts",)
-    keep_maps = ("counts", "latency")
-    options = (
-        *BPF_OPTIONS,
-        Option("latency_sample", "int", 1,
-               "Time 1 syscall in this many, chosen at random, for the latency histograms;"
-               " every syscall is counted whatever this is. 1 times every call (each timed"
-               " call costs two clock reads, ~70-130 ns on small VMs: several % of a"
-               " syscall-bound workload); 16 cuts that cost ~16-fold, and the histograms"
-               " then hold a random sample of the calls (their percentiles estimate the"
-               " same distribution; their count is the sample's).",
-               min_ns=1, max_ns=65536),
-    )
+    options = (*BPF_OPTIONS, *OPTIONS)
 
     def start(self) -> None:
         machine = platform.machine()
@@ -97,7 +34,7 @@ class Syscall(BpfSampler):
             raise SamplerUnavailable(self.name, f"no syscall table for {machine}"
                                      " (x86_64 and arm64 have one)")
         self._table = table.lookup_table(arch).tobytes()
-        self.latency_sample = int(self.ctx.options.get("latency_sample", 1))  # type: ignore[call-overload]
+        self.latency_sample = self.int_option("latency_sample")
         super().start()
 
     def configure(self, obj: Object) -> None:
@@ -120,7 +57,7 @@ class Syscall(BpfSampler):
 
     def setup(self, bpf: BpfObject) -> None:
         #: (CPUs, families) call totals.
-        self._calls = bpf.array("counts", COUNTS_DTYPE)["calls"]
+        self._calls = bpf.array("counts")["calls"]
         #: (families, buckets) cumulative latency histograms.
         self._latency = bpf.array("latency").reshape(len(table.FAMILIES), h2.BUCKETS)
         self._latency_prev = self._latency.copy()
@@ -130,22 +67,18 @@ class Syscall(BpfSampler):
         # first record after this attach, which covers only the attached time.
         self._latency_prev = self._latency.copy()
 
-    def publish(self, t_ns: int) -> None:
+    def publish(self) -> None:
         window = self.window()
         cur = self._latency.copy()
         counts, _reset = h2.delta(cur, self._latency_prev)
         self._latency_prev = cur
-        h = self.handles.get(SYSCALL_LATENCY.schema.name)
-        if h is not None and h.word.value:
-            schema = SYSCALL_LATENCY.schema
-            for code in np.flatnonzero(counts.sum(axis=1)).tolist():
-                for rec in histogram_records(schema, (_OPS[code],), (window,), counts[code]):
-                    h.write(schema.pack(*rec))
-        h = self.handles.get(SYSCALL.schema.name)
-        if h is not None and h.word.value:
-            pack = SYSCALL.schema.pack
-            for op, total in zip(_OPS, self._calls.sum(axis=0).tolist(), strict=True):
-                h.write(pack(op, total))
+        schema = SYSCALL_LATENCY.schema
+        self.emit(schema, (
+            rec for code in np.flatnonzero(counts.sum(axis=1)).tolist()
+            for rec in histogram_records(schema, (_OPS[code],), (window,), counts[code])))
+        self.emit(SYSCALL.schema, (
+            (op, total) for op, total in zip(_OPS, self._calls.sum(axis=0).tolist(),
+                                             strict=True)))
 
     def close(self) -> None:
         self._calls = self._latency = self._latency_prev = None  # type: ignore[assignment]

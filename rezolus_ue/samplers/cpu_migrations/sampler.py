@@ -1,0 +1,31 @@
+"""The cpu_migrations sampler's class (what it reads and publishes: the package docstring)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...bpf.loader import BpfObject
+from ..bpf_sampler import BpfSampler
+from . import CPU_MIGRATIONS, FAMILIES
+
+
+class CpuMigrations(BpfSampler):
+    """Tasks migrated away from and onto each CPU (BPF on sched_migrate_task)."""
+
+    name = "cpu_migrations"
+    families = FAMILIES
+    per_cpu_maps = ("migrations",)
+
+    def setup(self, bpf: BpfObject) -> None:
+        self._migrations = bpf.array("migrations")
+
+    def publish(self) -> None:
+        self.window()
+        m = self._migrations
+        frm, to = m["from"], m["to"]
+        self.emit(CPU_MIGRATIONS.schema, ((cpu, int(frm[cpu]), int(to[cpu]))
+                                          for cpu in np.flatnonzero(frm | to).tolist()))
+
+    def close(self) -> None:
+        self._migrations = None  # type: ignore[assignment]
+        super().close()

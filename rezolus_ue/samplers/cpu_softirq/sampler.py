@@ -1,0 +1,136 @@
+"""The cpu_softirq sampler's class (what it reads and publishes: the package docstring)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ...errors import SamplerUnavailable
+from ...linux.procfs import KeptOpen
+from ...metrics.family import Family
+from ..base import FamilySampler
+from . import CPU_SOFTIRQ, FAMILIES, SOFTIRQ_KINDS
+
+#: /proc/softirqs row name -> column of SOFTIRQ_KINDS.
+_KIND_INDEX = {k.upper(): i for i, k in enumerate(SOFTIRQ_KINDS)}
+_KIND_INDEX["BLOCK_IOPOLL"] = _KIND_INDEX["IRQ_POLL"]  # renamed in Linux 4.5
+_KINDS = len(SOFTIRQ_KINDS)
+_KIND_INDEX_BYTES = {k.encode(): i for k, i in _KIND_INDEX.items()}
+
+
+def parse_softirqs(text: str | bytes) -> dict[int, tuple[int, ...]]:
+    """Return {cpu: (hi, timer, ..., rcu)} for each CPU column of /proc/softirqs text."""
+    if isinstance(text, bytes):
+        text = text.decode("ascii", "replace")
+    lines = text.splitlines()
+    if not lines:
+        return {}
+    cpus = [int(w[3:]) for w in lines[0].split() if w[:3] == "CPU" and w[3:].isdigit()]
+    n = len(cpus)
+    if not n:
+        return {}
+    zero = (0,) * n
+    # One tuple per kind, in catalog order; kinds the kernel does not list stay 0.
+    kinds = [zero] * _KINDS
+    get = _KIND_INDEX.get
+    for line in lines[1:]:
+        name, _, rest = line.partition(":")
+        j = get(name.strip())
+        if j is None:
+            continue
+        try:
+            counts = tuple(map(int, rest.split()))
+        except ValueError:
+            continue  # a garbled line is skipped, not fatal
+        if len(counts) != n:
+            counts = (counts + zero)[:n]
+        kinds[j] = counts
+    return dict(zip(cpus, zip(*kinds, strict=True), strict=True))
+
+
+class SoftirqReader:
+    """Reads /proc/softirqs fast once its layout is known.
+
+    The first read parses the text line by line (``parse_softirqs``) and plans: the CPU
+    header, the kind names, one count per CPU on each line. The layout is fixed for the
+    life of a kernel, so later reads split the whole text into tokens (one C call), check
+    the header and the names are the planned ones and convert every count at once; if a
+    check fails, or the fast read would not give what the line-by-line parse gives, the
+    line-by-line parse it is.
+    """
+
+    __slots__ = ("_plan",)
+
+    def __init__(self) -> None:
+        #: (header tokens, kind names, CPU count, keys, per catalog kind its line or -1).
+        self._plan: tuple[list[bytes], list[bytes], int, list[tuple[int]],
+                          tuple[int, ...]] | None = None
+
+    def read(self, data: bytes) -> dict[tuple, tuple[int, ...]]:
+        """Return {(cpu,): (hi, timer, ..., rcu)} of /proc/softirqs bytes."""
+        if self._plan is not None:
+            rows = self._fast(data)
+            if rows is not None:
+                return rows
+        rows = {(cpu,): counts for cpu, counts in parse_softirqs(data).items()}
+        self._plan = self._make_plan(data)
+        if self._plan is not None and self._fast(data) != rows:
+            self._plan = None
+        return rows
+
+    @staticmethod
+    def _make_plan(data: bytes) -> tuple | None:
+        header = data[:data.find(b"\n")].split()
+        n = len(header)
+        if not n or not all(w[:3] == b"CPU" and w[3:].isdigit() for w in header):
+            return None
+        names = data.split()[n :: n + 1]
+        lines = {}
+        for i, name in enumerate(names):
+            j = _KIND_INDEX_BYTES.get(name[:-1])
+            if name[-1:] != b":" or j is None or j in lines:
+                return None
+            lines[j] = i
+        keys = [(int(w[3:]),) for w in header]
+        return header, names, n, keys, tuple(lines.get(j, -1) for j in range(_KINDS))
+
+    def _fast(self, data: bytes) -> dict[tuple, tuple[int, ...]] | None:
+        assert self._plan is not None
+        header, names, n, keys, lines = self._plan
+        tokens = data.split()
+        if tokens[:n] != header or tokens[n :: n + 1] != names:
+            return None
+        del tokens[: n + 1]  # the header and the first name
+        del tokens[n :: n + 1]  # the other names
+        try:
+            counts = list(map(int, tokens))
+        except ValueError:
+            return None
+        if len(counts) != n * len(names):
+            return None
+        # counts holds line after line (file order); a CPU's column is every n-th count.
+        zero = [0] * n
+        table = [counts[i * n : i * n + n] if i >= 0 else zero for i in lines]
+        return dict(zip(keys, zip(*table, strict=True), strict=True))
+
+
+class CpuSoftirq(FamilySampler):
+    """Softirqs handled per CPU by kind (timer, net_rx, sched, rcu, ...)."""
+
+    name = "cpu_softirq"
+    families = FAMILIES
+
+    def start(self) -> None:
+        try:
+            self._file = KeptOpen(self.ctx.roots.procfs / "softirqs")
+        except FileNotFoundError as e:
+            raise SamplerUnavailable(self.name, f"{e} (needs Linux >= 2.6.31)") from None
+        self._reader = SoftirqReader()
+
+    def capture(self) -> bytes | None:
+        return self._file.read() if self.family_wanted(CPU_SOFTIRQ) else None
+
+    def parse(self, raw: bytes | None) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        return {} if raw is None else {CPU_SOFTIRQ: self._reader.read(raw)}
+
+    def close(self) -> None:
+        self._file.close()

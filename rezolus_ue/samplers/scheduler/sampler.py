@@ -1,0 +1,121 @@
+"""The scheduler sampler's class (what it reads and publishes: the package docstring)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ...errors import RezolusError, SamplerUnavailable
+from ...linux.procfs import KeptOpen
+from ...metrics.family import Family
+from ..base import FamilySampler
+from . import FAMILIES, SCHEDULER, SCHEDULER_CPU
+
+#: /proc/stat lines, in SCHEDULER's scalar order.
+_STAT_NEEDLES = (b"\nctxt ", b"\nprocesses ", b"\nprocs_running ", b"\nprocs_blocked ")
+#: schedstat versions whose cpu lines we know, and the newest of them.
+KNOWN_VERSIONS = (15, 16, 17)
+#: Positions of running_ns, waiting_ns, timeslices among the split words of a cpu line
+#: (word 0 is ``cpuN``): the 7th, 8th and 9th numbers.
+_RUN, _WAIT, _SLICES = 7, 8, 9
+
+
+def parse_stat_scheduler(data: bytes) -> tuple[int, int, int, int]:
+    """Return (context_switches, forks, procs_running, procs_blocked) of /proc/stat."""
+    out = [0, 0, 0, 0]
+    # These lines follow the cpuN lines and the long intr line: look after intr.
+    at = data.find(b"\nintr ")
+    buf = b"\n" + (data[data.find(b"\n", at + 1) + 1:] if at >= 0 else data)
+    for j, needle in enumerate(_STAT_NEEDLES):
+        i = buf.find(needle)
+        if i < 0:
+            continue
+        i += len(needle)
+        e = buf.find(b"\n", i)
+        try:
+            out[j] = int(buf[i:e] if e >= 0 else buf[i:])
+        except ValueError:
+            continue
+    return out[0], out[1], out[2], out[3]
+
+
+def parse_schedstat_version(data: bytes) -> int:
+    """Return the format version on the first line of /proc/schedstat (0 if none)."""
+    key, _, value = data.partition(b"\n")[0].partition(b" ")
+    return int(value) if key == b"version" and value.strip().isdigit() else 0
+
+
+def parse_schedstat(data: bytes) -> list[tuple[int, int, int, int]]:
+    """Return (cpu, running_ns, waiting_ns, timeslices) per ``cpuN`` line of /proc/schedstat;
+    nothing for a version before 15 (or no version line), whose cpu lines differ."""
+    if parse_schedstat_version(data) < KNOWN_VERSIONS[0]:
+        return []
+    rows = []
+    for line in data.split(b"\n"):
+        if line[:3] != b"cpu":
+            continue  # version, timestamp and domainN lines
+        parts = line.split()
+        if len(parts) <= _SLICES:
+            continue
+        try:
+            rows.append((int(parts[0][3:]), int(parts[_RUN]), int(parts[_WAIT]),
+                         int(parts[_SLICES])))
+        except ValueError:
+            continue
+    return rows
+
+
+class Scheduler(FamilySampler):
+    """Context switches, forks, runnable/blocked tasks; per-CPU run and wait time."""
+
+    name = "scheduler"
+    families = FAMILIES
+
+    def start(self) -> None:
+        procfs = self.ctx.roots.procfs
+        try:
+            # Shared with the cpu_usage sampler: one read of /proc/stat per agent tick.
+            self._stat = self.ctx.shared.open(procfs / "stat")
+        except (OSError, RezolusError) as e:
+            raise SamplerUnavailable(self.name, str(e)) from None
+        self._schedstat: KeptOpen | None = None
+        try:
+            f = KeptOpen(procfs / "schedstat")
+        except FileNotFoundError:
+            self.detail = ("rezolus_scheduler_cpu unavailable: no /proc/schedstat (kernel"
+                           " built without CONFIG_SCHEDSTATS)")
+            return
+        except RezolusError as e:
+            self.detail = f"rezolus_scheduler_cpu unavailable: {e}"
+            return
+        version = parse_schedstat_version(f.read())
+        if version < KNOWN_VERSIONS[0]:
+            f.close()
+            self.detail = (f"rezolus_scheduler_cpu unavailable: /proc/schedstat version"
+                           f" {version} is not supported (need {KNOWN_VERSIONS[0]} or later)")
+            return
+        if version > KNOWN_VERSIONS[-1]:
+            self.detail = (f"/proc/schedstat version {version} is newer than"
+                           f" {KNOWN_VERSIONS[-1]}: cpu lines read as in version"
+                           f" {KNOWN_VERSIONS[-1]}")
+        self._schedstat = f
+
+    def capture(self) -> dict[Family, bytes]:
+        raw = {}
+        if self.family_wanted(SCHEDULER):
+            raw[SCHEDULER] = self._stat.read_at(self._sample_ns)
+        if self._schedstat is not None and self.family_wanted(SCHEDULER_CPU):
+            raw[SCHEDULER_CPU] = self._schedstat.read()
+        return raw
+
+    def parse(self, raw: dict[Family, bytes]) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+        out: dict[Family, Mapping[tuple, Sequence[int]]] = {}
+        if (data := raw.get(SCHEDULER)) is not None:
+            out[SCHEDULER] = {(): parse_stat_scheduler(data)}
+        if (data := raw.get(SCHEDULER_CPU)) is not None:
+            out[SCHEDULER_CPU] = {(cpu,): values for cpu, *values in parse_schedstat(data)}
+        return out
+
+    def close(self) -> None:
+        self._stat.close()
+        if self._schedstat is not None:
+            self._schedstat.close()
