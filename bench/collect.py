@@ -47,7 +47,11 @@ NODE_EQUIVALENT = ("cpu_usage", "memory", "blockio", "network")
 NODE_COLLECTORS = ("cpu", "meminfo", "diskstats", "netdev")
 #: Issue 3's target covers the samplers that read procfs, sysfs, netlink and perf counters
 #: (not the BPF ones, whose cost is issue 4's).
-PROCFS_SAMPLERS = tuple(n for n, cls in REGISTRY.items() if not issubclass(cls, BpfSampler))
+#: Samplers left out (comma-separated names): bench/revisions.py compares two revisions on
+#: the samplers both have.
+SKIP = set(filter(None, os.environ.get("REZOLUS_UE_BENCH_SKIP", "").split(",")))
+PROCFS_SAMPLERS = tuple(n for n, cls in REGISTRY.items()
+                        if not issubclass(cls, BpfSampler) and n not in SKIP)
 
 
 class NullHandle:

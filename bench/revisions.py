@@ -12,6 +12,7 @@ when the ratio's spread across rounds covers 1.0. Asserts nothing.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -29,11 +30,11 @@ LINES = {
 }
 
 
-def run_collect(tree: Path, seconds: float) -> dict[str, float]:
+def run_collect(tree: Path, seconds: float, skip: str) -> dict[str, float]:
     """Run ``tree``'s bench/collect.py and return the compared figures (% of a core)."""
     p = subprocess.run([sys.executable, "bench/collect.py", "--seconds", str(seconds),
                         "--no-node-exporter"], cwd=tree, capture_output=True, text=True,
-                       timeout=3600)
+                       timeout=3600, env={**os.environ, "REZOLUS_UE_BENCH_SKIP": skip})
     if p.returncode != 0:
         raise SystemExit(f"bench/collect.py at {tree} failed:\n{p.stderr[-3000:]}")
     out = {}
@@ -49,6 +50,9 @@ def main() -> int:
     ap.add_argument("before", help="git revision measured first in each round")
     ap.add_argument("after", help="git revision compared with it")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--skip", default="", metavar="NAMES",
+                    help="samplers to leave out (comma-separated), e.g. one only AFTER has:"
+                    " a revision that ignores it has no such sampler anyway")
     ap.add_argument("--seconds", type=float, default=10.0,
                     help="length of each timed loop in collect.py")
     args = ap.parse_args()
@@ -63,7 +67,7 @@ def main() -> int:
             got: dict[str, list[dict[str, float]]] = {r: [] for r in trees}
             for i in range(args.rounds):
                 for rev, tree in trees.items():
-                    figures = run_collect(tree, args.seconds)
+                    figures = run_collect(tree, args.seconds, args.skip)
                     got[rev].append(figures)
                     shown = ", ".join(f"{k}: {v:.3f} %" for k, v in figures.items())
                     print(f"round {i + 1} {rev:>12s}  {shown}", flush=True)
