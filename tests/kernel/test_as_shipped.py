@@ -171,6 +171,20 @@ def block_io() -> Iterator[None]:
             t.join(timeout=60)
 
 
+def _blank_cells(screen: str) -> list[str]:
+    """Return top's cells without a value: a lost series, except the latency of a disk
+    that did no IO (ops 0: no request completed, so no latency to show)."""
+    return [cell for ln in screen.splitlines() for cell in ln.split("│")
+            if re.search(r"\s-(?:\s|$)", cell) and not IDLE_DISK.match(cell)]
+
+
+def _top_settled(screen: str) -> str | None:
+    """Return top's screen once it shows errors 0, a rate (two frames) and every value."""
+    if "errors 0" in screen and re.search(r"ev/s \d", screen) and not _blank_cells(screen):
+        return screen
+    return None
+
+
 def _settled(agent: AgentProcess) -> dict | None:
     """Return the agent's status once every sampler that can run is active and loaded."""
     if agent.proc.poll() is not None:
@@ -257,8 +271,10 @@ def test_every_event_reaches_every_consumer_under_the_shipped_privileges(shipped
                      what=f"{INTERVALS} more publish intervals seen by tail",
                      seen=lambda: _agent_records(c) - base)
         metrics = c.scrape()
-        top_screen = wait_for(lambda: (s := c.screen()) and "errors 0" in s and s,
-                              timeout=120, step=0.5, what="top to show errors 0",
+        # top's own intervals: rates need two of its frames (ev/s has a value), and it may
+        # start long after the others (the VM's emulated CPUs, every consumer at once).
+        top_screen = wait_for(lambda: _top_settled(c.screen()), timeout=300, step=0.5,
+                              what="top to show errors 0 and a value in every row",
                               seen=c.screen)
     finally:
         codes = c.stop()
@@ -299,11 +315,7 @@ def test_every_event_reaches_every_consumer_under_the_shipped_privileges(shipped
     unexported = sorted(e for e in families if not re.search(rf"(?m)^{e}_\w+", metrics))
     assert not unexported, f"the exporter serves nothing of {unexported}"
     assert "errors 0" in top_screen, top_screen
-    # A cell without a value is a lost series, except the latency of a disk that did no
-    # IO (ops 0: no request completed, so no latency to show).
-    blank = [cell for ln in top_screen.splitlines() for cell in ln.split("│")
-             if re.search(r"\s-(?:\s|$)", cell) and not IDLE_DISK.match(cell)]
-    assert not blank, f"top rows without a value:\n{top_screen}"
+    assert not _blank_cells(top_screen), f"top rows without a value:\n{top_screen}"
     for name, code in codes.items():
         assert code in (0, 130, -signal.SIGINT), f"{name} exited {code}: {c.errors(name)}"
         assert "Traceback" not in c.errors(name) and "Exception ignored" not in c.errors(
