@@ -85,8 +85,10 @@ class Consumers:
     def _start(self, name: str, argv: list[str], stdout: Path | None = None) -> None:
         log = self.tmp / f"{name}.err"
         self.logs[name] = log
+        # Each in a process group of its own, as a shell job is: Ctrl-C signals the group
+        # (perf's workload too, whose signal perf then re-raises).
         self.procs[name] = subprocess.Popen(
-            argv, cwd=ROOT, stdin=subprocess.DEVNULL,
+            argv, cwd=ROOT, stdin=subprocess.DEVNULL, start_new_session=True,
             stdout=open(stdout or os.devnull, "w"),  # noqa: SIM115 - closed with the process
             stderr=open(log, "w"))  # noqa: SIM115
 
@@ -137,7 +139,7 @@ class Consumers:
                 self.tm("kill-session", "-t", self.session)
         for p in self.procs.values():
             if p.poll() is None:
-                p.send_signal(signal.SIGINT)
+                os.killpg(p.pid, signal.SIGINT)  # what Ctrl-C in its terminal sends
         for name, p in self.procs.items():
             try:
                 codes[name] = p.wait(timeout=120)
