@@ -57,6 +57,8 @@ CLI = Path(sys.executable).parent / "rezolus-ue"
 CONFIG = ROOT / "configs" / "default.toml"
 #: Publish intervals every consumer must see after every available sampler is active.
 INTERVALS = 3
+#: A UDP port nobody listens on in the VM (the discard port).
+CLOSED_PORT = 9
 #: A DISK row of top for a device without IO: zero ops, rates and bytes, no latency.
 IDLE_DISK = re.compile(r"\s*\S+(?:\s+0){6}\s+-\s+-\s+0\s+0\.0%\s*$")
 #: Words by which an unavailable sampler's reason names what this kernel lacks.
@@ -151,18 +153,23 @@ class Consumers:
 
 @contextlib.contextmanager
 def block_io() -> Iterator[None]:
-    """O_DIRECT reads and writes on a scratch device all through the block: the VM's root
-    is 9p, so without it no block request is made, and the block request families
-    (labelled by operation, published for operations seen) would have nothing to say."""
+    """O_DIRECT reads and writes on a scratch device all through the block, and a dropped
+    packet now and then: the VM's root is 9p and its network idle, so without them the
+    block request and drop families (labelled by operation or reason, published for those
+    seen) would have nothing to say."""
     with contextlib.ExitStack() as stack:
         dev = stack.enter_context(null_blk()) or stack.enter_context(loop_device())
         stop = threading.Event()
 
         def load() -> None:
-            while not stop.is_set():
-                direct_io(dev, 4, write=True, offset=GOOD_OFFSET)
-                direct_io(dev, 4, write=False, offset=GOOD_OFFSET)
-                stop.wait(0.2)
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                while not stop.is_set():
+                    direct_io(dev, 4, write=True, offset=GOOD_OFFSET)
+                    direct_io(dev, 4, write=False, offset=GOOD_OFFSET)
+                    # A datagram to a port nobody listens on: a packet drop (kfree_skb,
+                    # NO_SOCKET), so rezolus_network_drops has a reason to publish.
+                    udp.sendto(b"x", ("127.0.0.1", CLOSED_PORT))
+                    stop.wait(0.2)
 
         t = threading.Thread(target=load, name="block-io", daemon=True)
         t.start()
