@@ -223,6 +223,32 @@ def run_window(agent: AgentProcess, sentinel: Sentinel, tails: list[Consumer],
             pause(agent)
 
 
+def test_consumers_exit_quietly_while_waiting_for_the_agent(tracefs, tmp_path):
+    """No agent: tail, record and exporter wait for it; SIGINT or SIGTERM ends each with
+    its one waiting line and nothing else. First in the module: the loaded agent the
+    later tests share (module-scoped) must not have started yet."""
+    ours = lambda: [e for e in tracefs.user_events_status().events  # noqa: E731
+                    if e.startswith("rezolus_")]
+    wait_for(lambda: not ours(), timeout=120, step=0.5, seen=ours,
+             what="no rezolus_* event registered (no agent running)")
+    port = _free_port()
+    runs = [(Consumer(tmp_path, "tail", "tail"), signal.SIGINT),
+            (Consumer(tmp_path, "record", "record", str(tmp_path / "r.rzr")), signal.SIGTERM),
+            (Consumer(tmp_path, "exporter", "exporter", "--listen", f"127.0.0.1:{port}"),
+             signal.SIGINT)]
+    try:
+        for c, sig in runs:
+            wait_for(lambda c=c: c.alive() and "waiting for the agent" in c.stderr(),
+                     timeout=SLOW, step=0.5)
+            rc = c.stop(sig)
+            err = c.stderr()
+            assert rc in (0, 130), f"{c.name}: {rc} {err}"
+            assert not DIRTY.search(err), f"{c.name}:\n{err}"
+    finally:
+        for c, _sig in runs:
+            c.kill()
+
+
 def test_two_tails_started_together_under_load_each_get_every_record(
         tracefs, loaded_agent, tmp_path):
     """Two `tail` started at once beside a loaded agent both print every record.
@@ -396,29 +422,6 @@ def test_tail_exits_quietly_on_a_closed_pipe_and_repeated_ctrl_c(tracefs, loaded
         assert_clean_exit(tail, signal.SIGINT)
     finally:
         tail.kill()
-
-
-def test_consumers_exit_quietly_while_waiting_for_the_agent(tracefs, tmp_path):
-    """No agent: tail, record and exporter wait for it; SIGINT or SIGTERM ends each with
-    its one waiting line and nothing else."""
-    wait_for(lambda: not [e for e in tracefs.user_events_status().events
-                          if e.startswith("rezolus_")], timeout=SLOW, step=0.5)
-    port = _free_port()
-    runs = [(Consumer(tmp_path, "tail", "tail"), signal.SIGINT),
-            (Consumer(tmp_path, "record", "record", str(tmp_path / "r.rzr")), signal.SIGTERM),
-            (Consumer(tmp_path, "exporter", "exporter", "--listen", f"127.0.0.1:{port}"),
-             signal.SIGINT)]
-    try:
-        for c, sig in runs:
-            wait_for(lambda c=c: c.alive() and "waiting for the agent" in c.stderr(),
-                     timeout=SLOW, step=0.5)
-            rc = c.stop(sig)
-            err = c.stderr()
-            assert rc in (0, 130), f"{c.name}: {rc} {err}"
-            assert not DIRTY.search(err), f"{c.name}:\n{err}"
-    finally:
-        for c, _sig in runs:
-            c.kill()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

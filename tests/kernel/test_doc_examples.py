@@ -209,6 +209,9 @@ def _settled(pid: int) -> bool:
 
 
 def test_readme_tour(sh: Shell, agent) -> None:  # type: ignore[no-untyped-def]
+    # The README's first set-up command: CI ran scripts/setup.sh (scripts/test.sh does),
+    # and the agent fixture started `rezolus-ue run`, as the table declares.
+    sh.command("./scripts/setup.sh && rezolus-ue run", "rezolus-ue run")
     check_claims("sudo rezolus-ue run &", (sh.cwd / "agent.log").read_text())
     check_claims("sudo rezolus-ue check", sh.run("sudo rezolus-ue check").stdout)
     events = sh.run("sudo rezolus-ue events").stdout
