@@ -26,7 +26,7 @@ from .bpf.loader import release_probes
 from .config import Config
 from .errors import RezolusError, SamplerUnavailable
 from .metrics.types import Histogram
-from .publisher import Publisher
+from .publisher import Publisher, open_publisher
 from .samplers import REGISTRY, Roots, Sampler, SamplerContext
 from .samplers.base import SharedFiles
 
@@ -136,10 +136,12 @@ class Agent:
         self._fast: tuple[list, tuple[int, ...], list[SamplerState]] | None = None
 
     def start(self) -> None:
-        """Open user_events and start every enabled sampler; raise if nothing can publish."""
+        """Open the transport and start every enabled sampler; raise if nothing can publish."""
         a = self.config.agent
         _raise_fd_limit()
-        self.publisher = Publisher(self.tracefs, bool(a["persist"]), bool(a["multi_format"]))
+        self.publisher = open_publisher(self.tracefs, str(a["transport"]),
+                                        persist=bool(a["persist"]),
+                                        multi_format=bool(a["multi_format"]))
         for name in REGISTRY:
             self.states[name] = self._start_sampler(name)
         release_probes()
@@ -187,7 +189,7 @@ class Agent:
 
     #: Agent options a reload cannot change in a running agent (they shape the publisher
     #: and the samplers' roots): changing them needs a restart.
-    RESTART_KEYS = ("tracefs", "persist", "multi_format", "procfs", "sysfs",
+    RESTART_KEYS = ("tracefs", "transport", "persist", "multi_format", "procfs", "sysfs",
                     "drop_capabilities")
 
     def reload(self, new: Config) -> list[str]:
@@ -438,6 +440,8 @@ class Agent:
         self._status_key = key
         doc = {
             "pid": os.getpid(),
+            "transport": self.publisher.transport if self.publisher else None,
+            "group": self.publisher.group if self.publisher else None,
             "samplers": {name: {"status": state, "reason": reason, "errors": errors,
                                 "last_error": last_error}
                          for name, state, reason, errors, last_error in key},

@@ -75,6 +75,58 @@ def _probe_user_events(root: Path | None) -> Result:
     return Result("user_events", "pass", f"{path} is writable", required=True)
 
 
+def _probe_uprobe_events(root: Path | None, required: bool) -> Result:
+    """The uprobe transport: uprobe_events writable and the stub installed and safe."""
+    from .linux.uprobe_stub import Stub
+    if root is None:
+        return Result("uprobe_events", "fail", "needs tracefs (see above)", required=required)
+    path = root / "uprobe_events"
+    try:
+        present = Tracefs(root).has_uprobe_events
+    except TracefsError as e:
+        return Result("uprobe_events", "fail", str(e), required=required)
+    if not present:
+        return Result("uprobe_events", "fail", f"{path} is missing: the kernel needs"
+                      " CONFIG_UPROBE_EVENTS=y", required=required)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC))
+    except OSError as e:
+        return Result("uprobe_events", "fail", f"cannot open {path} for writing:"
+                      f" {e.strerror}; the uprobe transport needs root at start",
+                      required=required)
+    try:
+        stub = Stub()
+    except RezolusError as e:
+        return Result("uprobe_events", "fail", str(e), required=required)
+    return Result("uprobe_events", "pass", f"{path} is writable; stub {stub.path}"
+                  f" ({stub.slots} slots)", required=required)
+
+
+def _probe_transports(root: Path | None, setting: str) -> list[Result]:
+    """Which transport `run` takes here and why, then the probes of both: the chosen
+    one's failure is fatal, the other's a note."""
+    from .publisher import choose_transport
+    chosen = None
+    if root is not None:
+        try:
+            chosen, why = choose_transport(root, setting)
+        except RezolusError as e:
+            head = Result("transport", "fail", str(e), required=True)
+        else:
+            group = "user_events" if chosen == "user_events" else "rezolus_ue"
+            head = Result("transport", "pass", f"{chosen} ({why}; transport = \"{setting}\"):"
+                          f" tracepoints {group}:rezolus_*", required=True)
+    else:
+        head = Result("transport", "fail", "needs tracefs (see above)", required=True)
+    ue = _probe_user_events(root)
+    up = _probe_uprobe_events(root, required=chosen == "uprobe")
+    if chosen == "uprobe" and ue.status == "fail":
+        ue = Result(ue.name, "warn", ue.detail + " (the uprobe transport is used instead)")
+    if chosen == "user_events" and up.status == "fail":
+        up = Result(up.name, "warn", up.detail)
+    return [head, ue, up]
+
+
 def _probe_bpf() -> Result:
     nr = _BPF_SYSCALL.get(platform.machine())
     if nr is None:
@@ -303,7 +355,8 @@ def run_checks(mount: bool = True, config: Config | None = None,
     """Return every probe's result, required ones first, then each sampler's (checked as
     ``run``, or ``run --user USER``, would run them)."""
     tracefs, root = _probe_tracefs(mount)
-    out = [tracefs, _probe_user_events(root), _probe_capabilities(), _probe_bpf(),
+    setting = str(config.agent["transport"]) if config is not None else "auto"
+    out = [tracefs, *_probe_transports(root, setting), _probe_capabilities(), _probe_bpf(),
            _probe_btf(), *_probe_perf(), _probe_kprobes(root)]
     if config is not None:
         out += probe_samplers(config, user)

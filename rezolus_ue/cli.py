@@ -22,7 +22,8 @@ log = logging.getLogger("rezolus_ue")
 
 _DESCRIPTION = """\
 rezolus-ue samples systems telemetry (procfs, perf events, BPF) and publishes every metric
-family as a Linux user_events tracepoint (user_events:rezolus_*). Publishing costs nothing
+family as a Linux tracepoint: user_events:rezolus_* where the kernel has user_events, else
+the uprobe events rezolus_ue:rezolus_* (`check` says which). Publishing costs nothing
 until a consumer enables a tracepoint: with nobody listening, samplers do not run."""
 
 _EPILOG = """\
@@ -31,6 +32,7 @@ examples:
   sudo rezolus-ue run                      publish with the default config
   sudo rezolus-ue events                   our tracepoints, who consumes them, how to watch
   sudo perf record -e 'user_events:rezolus_*' -a -- sleep 3 && sudo perf script
+  sudo perf record -e 'rezolus_ue:rezolus_*' -a -- sleep 3   (the uprobe transport)
 
 See rezolus-ue(8) and docs/events.md for every event and field."""
 
@@ -47,7 +49,7 @@ def _duration(text: str) -> int:
 
 
 #: Commands defined here; the others come from modules imported only when needed.
-_BUILTIN = ("run", "events", "check")
+_BUILTIN = ("run", "events", "check", "cleanup")
 
 
 def _command_of(argv: list[str]) -> str | None:
@@ -69,8 +71,9 @@ def build_parser(lean: bool = False) -> argparse.ArgumentParser:
 
     run = sub.add_parser(
         "run", formatter_class=fmt, help="run the agent (publish until SIGINT/SIGTERM)",
-        description="Register every enabled sampler's events with user_events and publish"
-        " records while consumers listen. Stops cleanly on SIGINT or SIGTERM, unregistering"
+        description="Define every enabled sampler's events as tracepoints (user_events, or"
+        " uprobe events where the kernel lacks user_events: [agent] transport) and publish"
+        " records while consumers listen. Stops cleanly on SIGINT or SIGTERM, removing"
         " its events.",
         epilog="examples:\n  sudo rezolus-ue run\n  sudo rezolus-ue run --interval 100ms\n"
         "  sudo rezolus-ue run --config /etc/rezolus-ue/config.toml",
@@ -93,14 +96,25 @@ def build_parser(lean: bool = False) -> argparse.ArgumentParser:
         help="list our tracepoints, their consumers and how to watch them",
         description="List every rezolus-ue event: whether the running agent registered it,"
         " whether it is enabled, which consumers use it (from user_events_status), and the"
-        " perf and ftrace commands to watch it.",
+        " perf, ftrace and trace-cmd commands to watch it, for the transport in use.",
     )
     ev.add_argument("--commands", action="store_true",
-                    help="print only the perf and ftrace commands, one per line")
+                    help="print only the perf, ftrace and trace-cmd commands, one per line")
     ev.add_argument("--delete", nargs="*", metavar="NAME",
                     help="delete the named events, or with no name every rezolus_* event"
                     " nobody uses any more (what `persist = true` leaves after the agent"
                     " exits); root or CAP_PERFMON")
+
+    cln = sub.add_parser(
+        "cleanup", formatter_class=fmt,
+        help="remove the uprobe events a killed agent left",
+        description="Delete the rezolus_ue:* uprobe events defined on this installation's"
+        " stub, which an agent stopped by SIGKILL leaves behind (a clean stop removes them,"
+        " and the next `run` does too). Events of other tools, in any group, are never"
+        " touched; one a consumer still has enabled stays until that consumer stops."
+        " Refuses while an agent is running. Root.",
+        epilog="examples:\n  sudo rezolus-ue cleanup")
+    cln.add_argument("--dry-run", action="store_true", help="list what would be deleted")
 
     chk = sub.add_parser(
         "check", formatter_class=fmt, help="check the kernel features rezolus-ue needs",
@@ -188,9 +202,7 @@ def load_config(path: Path | None) -> cfg.Config:
     """Return the config from ``path``, else the system file if present, else defaults."""
     from .samplers import options
 
-    if path is None and cfg.SYSTEM_CONFIG.exists():
-        path = cfg.SYSTEM_CONFIG
-    return cfg.load(path, options()) if path else cfg.defaults(options())
+    return cfg.load_or_default(path, options())
 
 
 def _give_runtime_dir(user: str | None) -> None:
@@ -273,7 +285,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 _give_runtime_dir(args.user)
             drop_after_start(user=args.user)
         log.info("publishing %d events via %s: %s", len(names), agent.tracefs, ", ".join(names))
-        log.info("watch with: perf record -e 'user_events:rezolus_*' -a -- sleep 10;"
+        group = agent.publisher.group if agent.publisher else "user_events"
+        log.info(f"watch with: perf record -e '{group}:rezolus_*' -a -- sleep 10;"
                  " perf script")
         agent.run(rfd, lambda: bool(stop))
     finally:
@@ -319,4 +332,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"run": _cmd_run, "events": _cmd_events, "check": _cmd_check}
+def _cmd_cleanup(args: argparse.Namespace) -> int:
+    from .events_cmd import cleanup
+
+    return cleanup(dry_run=args.dry_run)
+
+
+_COMMANDS = {"run": _cmd_run, "events": _cmd_events, "check": _cmd_check,
+             "cleanup": _cmd_cleanup}

@@ -180,6 +180,11 @@ AGENT_OPTIONS: tuple[Option, ...] = (
            " /proc/mounts), mounting it when running as root."),
     Option("procfs", "path", "/proc", "Root of procfs, for reading another tree in tests."),
     Option("sysfs", "path", "/sys", "Root of sysfs, for reading another tree in tests."),
+    Option("transport", "choice", "auto",
+           "How events become tracepoints: \"user_events\" (user_events:<name>, Linux 6.4+"
+           " with CONFIG_USER_EVENTS), \"uprobe\" (uprobe events rezolus_ue:<name>, on any"
+           " kernel with CONFIG_UPROBE_EVENTS), or \"auto\": user_events where the kernel"
+           " has it, else uprobe.", choices=("auto", "user_events", "uprobe")),
     Option("persist", "bool", False,
            "Register events with USER_EVENT_REG_PERSIST (Linux >= 6.7, CAP_PERFMON) so they"
            " stay defined while the agent restarts; ignored with a warning where unsupported."),
@@ -235,6 +240,14 @@ def defaults(samplers: Mapping[str, tuple[Option, ...]]) -> Config:
     agent = {o.key: o.convert(o.default) for o in AGENT_OPTIONS}
     return Config(None, agent, {n: {o.key: o.convert(o.default) for o in opts}
                                 for n, opts in samplers.items()})
+
+
+def load_or_default(path: str | Path | None,
+                    samplers: Mapping[str, tuple[Option, ...]]) -> Config:
+    """Return the config from ``path``, else the system file if present, else defaults."""
+    if path is None and SYSTEM_CONFIG.exists():
+        path = SYSTEM_CONFIG
+    return load(path, samplers) if path else defaults(samplers)
 
 
 def load(path: str | Path, samplers: Mapping[str, tuple[Option, ...]]) -> Config:

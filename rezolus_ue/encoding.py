@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import re
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+
+_LE = sys.byteorder == "little"
 
 #: Largest payload we write. ftrace and perf silently drop records that do not fit one
 #: 4 KiB ring-buffer page (page header, event header and the 8-byte common fields come off
@@ -76,6 +79,10 @@ class Field:
     description: str
     #: Upper bound in bytes for a dynamic field's data (NUL included), used for the 4 KiB check.
     max_len: int = 0
+    #: For a binary dynamic field: its text form on the uprobe transport (fetch arguments
+    #: have no variable-length binary type) and that text's longest length, NUL included.
+    to_text: Callable[[bytes], bytes] | None = None
+    text_len: int = 0
 
 
 @dataclass(frozen=True)
@@ -143,6 +150,88 @@ class EventSchema:
     def unpack(self, payload: bytes) -> dict[str, object]:
         """Return the field values of a payload (as written, without the common header)."""
         return _unpack(self, payload)
+
+    @cached_property
+    def uprobe(self) -> UprobeLayout:
+        """Return how this event travels on the uprobe transport."""
+        return _uprobe_layout(self)
+
+
+@dataclass(frozen=True)
+class UprobeLayout:
+    """One event on the uprobe transport: the record its stub receives and the fetch
+    arguments that turn it into the same named fields.
+
+    The record is the payload's fixed part at the same offsets, followed by one region
+    per dynamic field at a fixed offset (fetch arguments have fixed offsets): text as it
+    is, a binary field (a histogram's ``__rel_loc u8[]`` buckets) in its ``to_text``
+    form. Every text field is fetched as ``:string`` (perf prints it; a ``char[N]``
+    label's last byte is kept NUL, so one of exactly N bytes shows N-1). Scalars keep
+    their types and names.
+    """
+
+    #: Fetch arguments, ``name=+OFFSET({reg}):TYPE``, in field order.
+    args: tuple[str, ...]
+    #: Size of the record buffer (the fixed part plus every dynamic region).
+    size: int
+    #: payload (as packed for user_events) -> record for the stub.
+    record: Callable[[bytes], bytes]
+
+    def fetch_args(self, register: str) -> str:
+        """Return the fetch arguments for a first-argument ``register`` (``%di``)."""
+        return " ".join(a.format(reg=register) for a in self.args)
+
+
+def _uprobe_layout(schema: EventSchema) -> UprobeLayout:
+    args: list[str] = []
+    chars: list[int] = []  # offset of each char[N] label's last byte
+    # (loc word end, region, cap, text form or None for text)
+    dyn: list[tuple[int, int, int, Callable[[bytes], bytes] | None]] = []
+    pos, region = 0, schema.fixed_size
+    for f in schema.fields:
+        if f.type.dynamic:
+            if not f.type.text and f.to_text is None:
+                raise ValueError(f"{schema.name}.{f.name}: a binary field needs to_text for"
+                                 " the uprobe transport")
+            cap = f.max_len if f.type.text else f.text_len
+            dyn.append((pos + f.type.size, region, cap, None if f.type.text else f.to_text))
+            args.append(f"{f.name}=+{region}({{reg}}):string")
+            region += cap
+        elif f.type.text:
+            chars.append(pos + f.type.size - 1)
+            args.append(f"{f.name}=+{pos}({{reg}}):string")
+        else:
+            args.append(f"{f.name}=+{pos}({{reg}}):{f.type.decl}")
+        pos += f.type.size
+    fixed, size = schema.fixed_size, region
+
+    if not dyn and not chars:
+        def record(payload: bytes) -> bytes:
+            return payload
+    elif not dyn:
+        def record(payload: bytes) -> bytes:
+            for at in chars:
+                if payload[at]:
+                    buf = bytearray(payload)
+                    for j in chars:
+                        buf[j] = 0
+                    return bytes(buf)
+            return payload
+    else:
+        def record(payload: bytes) -> bytes:
+            buf = bytearray(size)
+            buf[:fixed] = payload[:fixed]
+            for end, at, cap, to_text in dyn:
+                loc = int.from_bytes(payload[end - 4:end], "little" if _LE else "big")
+                start = end + (loc & 0xFFFF)
+                data = payload[start:start + (loc >> 16)]
+                data = data.rstrip(b"\0") if to_text is None else to_text(data)
+                buf[at:at + min(len(data), cap - 1)] = data[:cap - 1]
+            for j in chars:
+                buf[j] = 0
+            return bytes(buf)
+
+    return UprobeLayout(tuple(args), size, record)
 
 
 def _make_packer(schema: EventSchema) -> Callable[..., bytes]:

@@ -14,11 +14,13 @@ from rich.table import Table
 from tracefs_tools import Tracefs, TracefsError, UserEventsStatus, find_tracefs
 
 from .agent import RUNTIME_DIR, read_status
+from .errors import RezolusError
 from .samplers import REGISTRY
 from .samplers.bpf_sampler import BpfSampler
 from .schema import EVENTS, EventSchema
 
-GROUP = "user_events"
+#: The tracepoint group of each transport (publisher.GROUPS, without importing it).
+GROUPS = {"user_events": "user_events", "uprobe": "rezolus_ue"}
 
 #: Why a sampler that is not a BPF sampler is in each status (when it gave no reason).
 _WHY = {"idle": "no consumer: not sampling", "active": "a consumer is listening: sampling"}
@@ -30,14 +32,32 @@ BPF_NOTE = ("BPF programs are loaded and attached only while a consumer has one 
             " `bpftool prog show` lists them.")
 
 
-def watch_commands(event: EventSchema, tracefs: Path) -> tuple[str, str]:
-    """Return the perf and the ftrace command that show ``event``'s records."""
-    perf = f"perf record -e {GROUP}:{event.name} -a -- sleep 5 && perf script"
+def watch_commands(event: EventSchema, tracefs: Path, group: str = GROUPS["user_events"]
+                   ) -> tuple[str, str, str]:
+    """Return the perf, the ftrace and the trace-cmd command that show ``event``'s records
+    in tracepoint group ``group`` (the transport's)."""
+    perf = f"perf record -e {group}:{event.name} -a -- sleep 5 && perf script"
     # An instance of our own: the global buffer is everyone else's tracing too.
     inst = tracefs / "instances" / "rezolus"
-    ftrace = (f"mkdir -p {inst} && echo 1 > {inst}/events/{GROUP}/{event.name}/enable"
+    ftrace = (f"mkdir -p {inst} && echo 1 > {inst}/events/{group}/{event.name}/enable"
               f" && cat {inst}/trace_pipe")
-    return perf, ftrace
+    trace_cmd = f"trace-cmd record -e {group}:{event.name} sleep 5 && trace-cmd report"
+    return perf, ftrace, trace_cmd
+
+
+def transport_in_use(root: Path, agent: Mapping | None) -> tuple[str, str]:
+    """Return (transport, group) of the running agent, else the one `run` would take."""
+    if agent and agent.get("transport") in GROUPS:
+        t = str(agent["transport"])
+        return t, GROUPS[t]
+    from .config import load_or_default
+    from .publisher import choose_transport
+    from .samplers import options
+    try:
+        t = choose_transport(root, str(load_or_default(None, options()).agent["transport"]))[0]
+    except RezolusError:
+        t = "user_events"
+    return t, GROUPS[t]
 
 
 def bpf_state(name: str, info: Mapping[str, object]) -> str:
@@ -119,9 +139,17 @@ def show_events(commands_only: bool = False) -> int:
     else:
         note = ""
     tfs = Tracefs(root)
+    agent = read_status()
+    transport, group = transport_in_use(root, agent)
     status: UserEventsStatus | None = None
+    defined: set[str] | None = None
     if not note:
-        if not tfs.has_user_events:
+        if transport == "uprobe":
+            try:
+                defined = set(tfs.events(group))
+            except TracefsError:
+                defined = set()
+        elif not tfs.has_user_events:
             note = "this kernel has no user_events (run `rezolus-ue check`)"
         else:
             try:
@@ -130,26 +158,28 @@ def show_events(commands_only: bool = False) -> int:
                 note = str(e)
     if commands_only:
         for e in EVENTS:
-            for cmd in watch_commands(e, root):
+            for cmd in watch_commands(e, root, group):
                 con.print(cmd, soft_wrap=True)
         return 0
-    agent = read_status()
     samplers = agent["samplers"] if agent else {}
-    table = Table(title="rezolus-ue events (tracepoints user_events:<name>)", title_justify="left")
+    table = Table(title=f"rezolus-ue events (tracepoints {group}:<name>, transport"
+                  f" {transport})", title_justify="left")
     table.add_column("event", no_wrap=True)
     for col in ("sampler", "registered", "enabled", "consumers"):
         table.add_column(col)
     for e in EVENTS:
         st = status.events.get(e.name) if status else None
+        there = (e.name in defined) if defined is not None else st is not None
+        known = status is not None or defined is not None
         enabled = "?"
-        if st is not None:
+        if there:
             try:
-                enabled = "yes" if tfs.is_enabled(GROUP, e.name) else "no"
+                enabled = "yes" if tfs.is_enabled(group, e.name) else "no"
             except TracefsError:
                 enabled = "?"
         table.add_row(
             e.name, e.sampler,
-            "yes" if st else ("no" if status else "?"),
+            "yes" if there else ("no" if known else "?"),
             enabled,
             ", ".join(st.consumers) if st and st.consumers else "-",
         )
@@ -161,18 +191,25 @@ def show_events(commands_only: bool = False) -> int:
     elif agent is None:
         con.print(f"No running agent ({RUNTIME_DIR}/status.json): nothing is sampled and no"
                   " BPF program of ours is attached.")
+    if transport == "uprobe":
+        con.print("enabled: in ftrace. perf and our consumers (top, tail, record, exporter)"
+                  " do not show there; on the uprobe transport an event is read by ftrace"
+                  " or by perf-based tools, not both at once (docs/kernels.md).")
+    if defined is not None and not defined & {e.name for e in EVENTS}:
+        con.print("No rezolus-ue event is defined: is the agent running? (`rezolus-ue run`)")
     if status is not None and not any(e.name in status.events for e in EVENTS):
         con.print("No rezolus-ue event is registered: is the agent running? (`rezolus-ue run`)")
     if note:
         con.print(f"note: {note}")
-    perf, ftrace = watch_commands(EVENTS[0], root)
-    con.print("\nwatch every event: perf record -e 'user_events:rezolus_*' -a -- sleep 5"
+    perf, ftrace, trace_cmd = watch_commands(EVENTS[0], root, group)
+    con.print(f"\nwatch every event: perf record -e '{group}:rezolus_*' -a -- sleep 5"
               " && perf script", soft_wrap=True)
     con.print(f"watch one event:   {perf}", soft_wrap=True)
     con.print(f"with ftrace:       {ftrace}", soft_wrap=True)
+    con.print(f"with trace-cmd:    {trace_cmd}", soft_wrap=True)
     con.print("every event's commands: rezolus-ue events --commands", soft_wrap=True)
     con.print("field reference: docs/events.md, or the event's format file:"
-              f" {root}/events/{GROUP}/<name>/format", soft_wrap=True)
+              f" {root}/events/{group}/<name>/format", soft_wrap=True)
     return 0
 
 
@@ -183,7 +220,6 @@ def delete_events(names: list[str]) -> int:
     By name through ``DIAG_IOCSDEL``: writing ``!u:NAME`` to ``dynamic_events`` does not
     match an event that has fields (Linux 6.12 wants the whole field list too).
     """
-    from .errors import RezolusError
     from .linux.user_events import UserEventsData
 
     con = Console(highlight=False, stderr=True)
@@ -212,5 +248,43 @@ def delete_events(names: list[str]) -> int:
     if busy:
         con.print(f"not deleted: {', '.join(busy)}; stop the agent and the consumers that"
                   " use them (see `rezolus-ue events`), then run this again", soft_wrap=True)
+        return 1
+    return 0
+
+
+def cleanup(dry_run: bool = False) -> int:
+    """Delete the uprobe events an earlier agent left on this installation's stub; return
+    the exit status: 1 if a consumer still holds one, 2 while an agent runs."""
+    from tracefs_tools import UprobeEvents
+
+    from .linux.uprobe_stub import stub_path
+    from .publisher import UPROBE_GROUP, owned_uprobes, remove_owned
+
+    con = Console(highlight=False, stderr=True)
+    agent = read_status()
+    if agent is not None:
+        raise RezolusError(f"an agent is running (pid {agent['pid']}): its events are not"
+                           " stale; stop it first (it removes its own events)")
+    root = find_tracefs(mount=os.geteuid() == 0)
+    if not (root / "uprobe_events").exists():
+        con.print("this kernel has no uprobe events: nothing to clean up")
+        return 0
+    stub = stub_path().resolve()
+    try:
+        events = UprobeEvents(root)
+    except TracefsError as e:
+        raise RezolusError(str(e)) from None
+    with events:
+        if dry_run:
+            names = [d.event for d in owned_uprobes(events, stub)]
+            con.print(f"would delete {len(names)} {UPROBE_GROUP} event(s) on {stub}"
+                      f"{': ' if names else ''}{', '.join(names)}", soft_wrap=True)
+            return 0
+        deleted, busy = remove_owned(events, stub)
+    con.print(f"deleted {len(deleted)} {UPROBE_GROUP} event(s) on {stub}", soft_wrap=True)
+    if busy:
+        con.print(f"kept {len(busy)}, enabled by a consumer: "
+                  f"{', '.join(d.event for d in busy)}; stop that consumer (perf, ftrace,"
+                  " trace-cmd), then run this again", soft_wrap=True)
         return 1
     return 0

@@ -1,25 +1,122 @@
-"""The publisher: registers event schemas as user_events and hands out their handles.
+"""The publishers: define event schemas as tracepoints and hand out their handles.
 
-A handle is a ``user_events.Registration``: ``handle.enabled`` is one read of the enable
-word the kernel keeps current, ``handle.write(schema.pack(...))`` writes one record.
+Two transports stand behind one interface. ``user_events`` (Linux 6.4+ with
+CONFIG_USER_EVENTS) registers each event as ``user_events:<name>``. ``uprobe`` (any kernel
+with CONFIG_UPROBE_EVENTS, which the distribution kernels without user_events have)
+defines each as the uprobe event ``rezolus_ue:<name>`` on a slot of the stub shared object
+(``linux/uprobe_stub``), its fields fetched from the record the stub receives.
+
+Either way a handle has ``word`` (non-zero while a consumer has the tracepoint enabled: the
+kernel keeps it current in our memory), ``enabled`` and ``write(payload)``, which takes the
+payload as ``schema.pack`` builds it, so samplers do not know which transport they feed.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol
 
-from .linux.user_events import REG_MULTI_FORMAT, REG_PERSIST, Registration, Stats, UserEventsData
-from .schema import EventSchema
+from tracefs_tools import (
+    EventNotFound,
+    ProbeBusy,
+    ProbeExists,
+    Tracefs,
+    TracefsError,
+    UprobeDefinition,
+    UprobeEvents,
+)
 
-EventHandle = Registration
+from .errors import KernelFeatureMissing, PermissionDenied, RezolusError
+from .linux.uprobe_stub import Stub, first_arg_register
+from .linux.user_events import (
+    REG_MULTI_FORMAT,
+    REG_PERSIST,
+    Stats,
+    UserEventsData,
+    missing_user_events_hint,
+)
+from .schema import EVENTS, EventSchema
 
 log = logging.getLogger("rezolus_ue")
 
+#: The tracepoint group of each transport.
+GROUPS = {"user_events": "user_events", "uprobe": "rezolus_ue"}
+UPROBE_GROUP = GROUPS["uprobe"]
 
-class Publisher:
+
+class EventHandle(Protocol):
+    """One published event, whichever the transport."""
+
+    name: str
+    word: ctypes.c_uint32 | ctypes.c_uint16
+
+    @property
+    def enabled(self) -> bool: ...
+
+    def write(self, payload: bytes) -> bool: ...
+
+
+class Publisher(Protocol):
+    """What the agent and the samplers need of a transport."""
+
+    transport: str
+    group: str
+    handles: dict[str, EventHandle]
+
+    @property
+    def stats(self) -> Stats: ...
+
+    def register(self, schemas: Iterable[EventSchema]) -> dict[str, EventHandle]: ...
+
+    def unregister(self, names: Iterable[str]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def choose_transport(tracefs: str | Path, setting: str = "auto") -> tuple[str, str]:
+    """Return (transport, why) for ``setting`` on this kernel; raise KernelFeatureMissing
+    when the one asked for (or, for auto, either) is missing."""
+    root = Path(tracefs)
+    try:
+        tfs = Tracefs(root)
+        has_ue, has_up = tfs.has_user_events, tfs.has_uprobe_events
+    except TracefsError as e:
+        raise PermissionDenied(str(e)) from None
+    if setting == "user_events" or (setting == "auto" and has_ue):
+        if not has_ue:
+            raise KernelFeatureMissing("user_events", missing_user_events_hint(root))
+        return "user_events", ("configured" if setting == "user_events" else
+                               "this kernel has user_events")
+    if not has_up:
+        raise KernelFeatureMissing(
+            "uprobe events" if setting == "uprobe" else "user_events and uprobe events",
+            f"{root}/uprobe_events is missing: the kernel needs CONFIG_UPROBE_EVENTS=y"
+            + ("" if setting == "uprobe" else " (or CONFIG_USER_EVENTS=y, Linux 6.4+)"))
+    return "uprobe", ("configured" if setting == "uprobe" else
+                      "this kernel has no user_events (CONFIG_USER_EVENTS)")
+
+
+def open_publisher(tracefs: str | Path, transport: str = "auto", *, persist: bool = False,
+                   multi_format: bool = False) -> Publisher:
+    """Return the publisher of ``transport`` (auto: user_events where the kernel has it)."""
+    chosen, why = choose_transport(tracefs, transport)
+    log.info("transport: %s (%s)", chosen, why)
+    if chosen == "user_events":
+        return UserEventsPublisher(tracefs, persist, multi_format)
+    if persist or multi_format:
+        log.warning("persist and multi_format are user_events options; the uprobe transport"
+                    " ignores them")
+    return UprobePublisher(tracefs)
+
+
+class UserEventsPublisher:
     """All of the agent's registrations, on one ``user_events_data`` fd."""
+
+    transport = "user_events"
+    group = GROUPS["user_events"]
 
     def __init__(self, tracefs: str | Path, persist: bool = False,
                  multi_format: bool = False) -> None:
@@ -38,11 +135,11 @@ class Publisher:
         for s in schemas:
             h = self.handles.get(s.name)
             if h is None:
-                h = self._data.register(s.name_args, self.flags)
-                if h.flags != self.flags:
+                reg = self._data.register(s.name_args, self.flags)
+                if reg.flags != self.flags:
                     log.warning("%s: this kernel does not support registration flags %#x;"
-                                " registered with %#x", s.name, self.flags, h.flags)
-                self.handles[s.name] = h
+                                " registered with %#x", s.name, self.flags, reg.flags)
+                self.handles[s.name] = h = reg
             out[s.name] = h
         return out
 
@@ -51,9 +148,179 @@ class Publisher:
         for name in names:
             h = self.handles.pop(name, None)
             if h is not None:
-                h.unregister()
+                h.unregister()  # type: ignore[attr-defined]
 
     def close(self) -> None:
         """Unregister everything and close the data file."""
         self._data.close()
         self.handles.clear()
+
+
+class UprobeHandle:
+    """One event on the uprobe transport: its slot's counter and function."""
+
+    __slots__ = ("_emit", "_record", "_stats", "definition", "name", "word")
+
+    def __init__(self, name: str, word: ctypes.c_uint16, emit: ctypes._CFuncPtr,
+                 record, stats: Stats, definition: UprobeDefinition) -> None:  # type: ignore[no-untyped-def]
+        self.name = name
+        #: The slot's reference counter; hot loops test ``word.value``.
+        self.word = word
+        self._emit = emit
+        self._record = record
+        self._stats = stats
+        self.definition = definition
+
+    @property
+    def enabled(self) -> bool:
+        """Return True while at least one consumer has the tracepoint enabled."""
+        return self.word.value != 0
+
+    def write(self, payload: bytes) -> bool:
+        """Hand one record to the probed function (the kernel fetches its fields)."""
+        rec = self._record(payload)
+        self._emit(rec, len(rec))
+        self._stats.written += 1
+        return True
+
+
+def owned_uprobes(events: UprobeEvents, stub_path: Path) -> list[UprobeDefinition]:
+    """Return the uprobe events of our group defined on ``stub_path``: ours, from this or
+    an earlier agent; another tool's events, in our group or not, are not."""
+    return [d for d in events.list()
+            if d.group == UPROBE_GROUP and Path(d.path) == stub_path]
+
+
+def remove_owned(events: UprobeEvents, stub_path: Path,
+                 keep: Iterable[str] = ()) -> tuple[list[str], list[UprobeDefinition]]:
+    """Delete our group's events on ``stub_path`` except ``keep``; return (the names
+    deleted, the definitions a consumer still holds, which the kernel keeps)."""
+    kept = set(keep)
+    deleted, busy = [], []
+    for d in owned_uprobes(events, stub_path):
+        if d.event in kept:
+            continue
+        try:
+            events.delete(d.group, d.event)
+            deleted.append(d.event)
+        except ProbeBusy:
+            busy.append(d)
+        except EventNotFound:
+            pass
+    return deleted, busy
+
+
+class UprobePublisher:
+    """The agent's events as uprobe events on the stub's slots, defined through one kept
+    ``uprobe_events`` fd (so a reload after the privilege drop can still define).
+
+    Each event takes the slot of its place in the catalog, so a restart defines the same
+    event on the same slot: a definition left by a killed agent that a consumer (perf)
+    still holds is identical and is used again, and that consumer carries on.
+    """
+
+    transport = "uprobe"
+    group = UPROBE_GROUP
+
+    def __init__(self, tracefs: str | Path, stub: Stub | None = None) -> None:
+        self._register = first_arg_register()
+        self.stub = stub or Stub()
+        try:
+            self._events = UprobeEvents(tracefs)
+        except TracefsError as e:
+            raise (PermissionDenied(str(e)) if "needs root" in str(e)
+                   else KernelFeatureMissing("uprobe events", str(e))) from None
+        self.handles: dict[str, EventHandle] = {}
+        self._stats = Stats()
+        self._slots = {e.name: i for i, e in enumerate(EVENTS)}
+        self._spare = self.stub.slots - 1
+        # Stale definitions a killed agent left: delete them, keep the held ones for reuse.
+        try:
+            deleted, busy = remove_owned(self._events, self.stub.path)
+        except TracefsError as e:
+            raise RezolusError(str(e)) from None
+        if deleted:
+            log.info("removed %d stale uprobe events of an earlier agent", len(deleted))
+        self._held = {d.event: d for d in busy}
+
+    @property
+    def stats(self) -> Stats:
+        """Return the write counters."""
+        return self._stats
+
+    def _slot(self, name: str) -> int:
+        slot = self._slots.get(name)
+        if slot is None:  # not in the catalog (a test's schema): take one from the top
+            slot = self._slots[name] = self._spare
+            self._spare -= 1
+        if slot >= self.stub.slots or self._spare < len(EVENTS) - 1:
+            raise RezolusError(f"the uprobe stub has {self.stub.slots} slots, too few for"
+                               f" {len(EVENTS)} events: reinstall a newer stub")
+        return slot
+
+    def register(self, schemas: Iterable[EventSchema]) -> dict[str, EventHandle]:
+        """Define each schema's uprobe event (idempotent) and return the handles."""
+        out = {}
+        for s in schemas:
+            h = self.handles.get(s.name)
+            if h is None:
+                h = self.handles[s.name] = self._define(s)
+            out[s.name] = h
+        return out
+
+    def _define(self, s: EventSchema) -> UprobeHandle:
+        slot, layout = self._slot(s.name), s.uprobe
+        d = UprobeDefinition(self.group, s.name, str(self.stub.path),
+                             self.stub.function_offset(slot), self.stub.counter_offset(slot),
+                             layout.fetch_args(self._register))
+        held = self._held.pop(s.name, None)
+        if held is not None and held != d:
+            raise RezolusError(f"{self.group}:{s.name} is defined differently by an earlier"
+                               " agent and a consumer still has it enabled: stop that"
+                               " consumer (perf, ftrace), then restart the agent")
+        if held is None:
+            try:
+                self._events.define(d)
+            except ProbeExists:  # another agent's, or a race with a consumer's scan
+                raise RezolusError(f"{self.group}:{s.name} is already defined on another"
+                                   f" file: `rezolus-ue cleanup` removes ours;"
+                                   f" check {self._events.path} for the rest") from None
+            except TracefsError as e:
+                raise RezolusError(str(e)) from None
+        else:
+            log.info("%s:%s: a consumer kept it enabled; using it again", self.group, s.name)
+        return UprobeHandle(s.name, self.stub.counter(slot), self.stub.function(slot),
+                            layout.record, self._stats, d)
+
+    def unregister(self, names: Iterable[str]) -> None:
+        """Delete the named events' definitions (kept while a consumer holds one)."""
+        for name in names:
+            if self.handles.pop(name, None) is not None:
+                self._delete(name)
+
+    def _delete(self, name: str) -> None:
+        try:
+            self._events.delete(self.group, name)
+        except ProbeBusy:
+            log.info("%s:%s stays defined while a consumer has it enabled; the next start"
+                     " uses it again or removes it", self.group, name)
+        except TracefsError as e:
+            log.warning("cannot delete %s:%s: %s", self.group, name, e)
+
+    def close(self) -> None:
+        """Delete every definition of ours and close ``uprobe_events``."""
+        for name in list(self.handles):
+            self._delete(name)
+        self.handles.clear()
+        self._events.close()
+
+
+def uprobe_stub_available() -> tuple[bool, str]:
+    """Return (usable, why not) for the installed stub, for `check`."""
+    try:
+        Stub()
+    except RezolusError as e:
+        return False, str(e)
+    return True, ""
+
+

@@ -69,6 +69,12 @@ extra=""
 if [ -r /sys/kernel/btf/vmlinux ]; then
     .venv/bin/python -m rezolus_ue.bpf.build >&2 || say "BPF objects not built: BPF samplers unavailable"
 fi
+# The uprobe transport's stub (kernels without user_events): root's, outside the checkout,
+# so nobody but root can change code the kernel probes and the agent runs.
+if [ "$(id -u)" = 0 ]; then
+    .venv/bin/python -m rezolus_ue.linux.uprobe_stub --install >/dev/null \
+        || say "uprobe stub not installed: the uprobe transport is unavailable"
+fi
 # The README's commands are `sudo rezolus-ue ...`: sudo's secure_path has /usr/local/bin,
 # not this checkout's .venv/bin. Link the CLI there (never over someone else's file).
 link=/usr/local/bin/rezolus-ue

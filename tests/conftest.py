@@ -54,6 +54,20 @@ def _host_user_events() -> tuple[bool, str]:
     return True, ""
 
 
+def _host_uprobes() -> tuple[bool, str]:
+    if os.geteuid() != 0:
+        return False, "uprobe tests need root"
+    try:
+        from tracefs_tools import find_tracefs
+
+        root = find_tracefs(mount=True)
+    except Exception as e:
+        return False, f"no tracefs: {e}"
+    if not (root / "uprobe_events").exists():
+        return False, "this kernel has no uprobe events (CONFIG_UPROBE_EVENTS)"
+    return True, ""
+
+
 def _kernel_mode() -> tuple[str, str]:
     """Return ("local" | "vm" | "skip", reason)."""
     if IN_VM:
@@ -174,9 +188,11 @@ class VMProxyItem(pytest.Item):
         self.vm = vm
         self.original_location = original.location
         self.own_markers = list(original.iter_markers())
+        #: The test's id inside the VM (an uprobe test's proxy runs beside its host run).
+        self.vm_nodeid = original.nodeid
 
     def runtest(self) -> None:
-        res = self.vm.get(self.nodeid)
+        res = self.vm.get(self.vm_nodeid)
         if res["outcome"] == "skipped":
             pytest.skip(f"[in VM] {res.get('longrepr', '')}")
         if res["outcome"] != "passed":
@@ -209,23 +225,32 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
     mode, reason = _state["mode"]  # type: ignore[misc]
+    uprobe = [i for i in items if i.get_closest_marker("uprobe")]
+    if uprobe and not IN_VM:
+        ok, why = _host_uprobes()
+        for item in uprobe if not ok else ():
+            item.add_marker(pytest.mark.skip(reason=f"uprobe tier: {why}"))
     kernel = [i for i in items if i.get_closest_marker("kernel")]
-    if not kernel:
+    if not kernel and not uprobe:
         return
     if mode == "skip":
         for item in kernel:
             item.add_marker(pytest.mark.skip(reason=f"kernel tier: {reason}"))
-    elif mode == "vm":
-        vm = VMResults(config, [i.nodeid for i in kernel])
+    elif mode == "vm" and kernel:
+        # The uprobe tier runs on this host and again in the VM, where the kernel also has
+        # user_events (its tests force transport = "uprobe"): same tests, other kernel.
+        vm = VMResults(config, [i.nodeid for i in kernel + uprobe])
         _state["vm"] = vm
         for n, item in enumerate(items):
             if item.get_closest_marker("kernel"):
                 items[n] = VMProxyItem.from_parent(item.parent, name=item.name, vm=vm,
                                                    original=item)
+        items += [VMProxyItem.from_parent(i.parent, name=f"{i.name}@vm", vm=vm, original=i)
+                  for i in uprobe]
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if "kernel" in report.keywords and report.skipped:
+    if ("kernel" in report.keywords or "uprobe" in report.keywords) and report.skipped:
         _state["kernel_skipped"].append(report.nodeid)  # type: ignore[union-attr]
 
 

@@ -186,25 +186,31 @@ def no_user_events() -> Path:
 
 
 @pytest.mark.host
-def test_run_without_user_events(no_user_events: Path) -> None:
-    p = cli("run", "--config", str(DEFAULT_TOML))
+def test_run_forced_to_user_events_without_it(no_user_events: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[agent]\ntransport = "user_events"\n')
+    p = cli("run", "--config", str(cfg))
     assert p.returncode == 1
     lines = p.stderr.splitlines()
     assert len(lines) == 1, p.stderr
     assert lines[0].startswith("rezolus-ue: error: user_events is not available:")
     assert "CONFIG_USER_EVENTS" in lines[0]
+    assert 'transport = "uprobe"' in lines[0]  # the way out
     assert_no_traceback(p)
 
 
 @pytest.mark.host
 def test_check_without_user_events(no_user_events: Path) -> None:
+    """Root test: the host kernel has no user_events; check names the uprobe transport."""
     p = cli("check")
-    assert p.returncode == 1
     out = p.stdout
-    for name in ("tracefs", "user_events", "bpf", "btf", "perf software events", "kprobes"):
+    for name in ("tracefs", "transport", "user_events", "uprobe_events", "bpf", "btf",
+                 "perf software events", "kprobes"):
         assert re.search(rf"^(PASS|WARN|FAIL)\s+{name}: \S", out, re.M), name
-    assert re.search(r"^FAIL\s+user_events: .*CONFIG_USER_EVENTS", out, re.M)
-    assert "cannot work here: user_events" in out
+    assert re.search(r"^PASS\s+transport: uprobe \(this kernel has no user_events", out, re.M)
+    assert re.search(r"^WARN\s+user_events: .*CONFIG_USER_EVENTS.*the uprobe transport is"
+                     r" used instead", out, re.M)
+    assert re.search(r"^PASS\s+uprobe_events: .* is writable; stub ", out, re.M), out
     assert_no_traceback(p)
 
 
@@ -214,7 +220,8 @@ def test_events_without_user_events(no_user_events: Path) -> None:
     assert p.returncode == 0
     assert "rezolus_cpu_usage" in p.stdout
     assert "rezolus_agent" in p.stdout
-    assert "no user_events" in p.stdout
+    assert "transport uprobe" in p.stdout
+    assert "perf record -e 'rezolus_ue:rezolus_*'" in p.stdout
     assert_no_traceback(p)
 
 
@@ -223,7 +230,9 @@ def test_events_commands(no_user_events: Path) -> None:
     p = cli("events", "--commands")
     assert p.returncode == 0
     lines = p.stdout.splitlines()
-    assert "perf record -e user_events:rezolus_cpu_usage -a -- sleep 5 && perf script" in lines
-    assert all(ln.startswith(("perf ", "mkdir -p ")) for ln in lines)
+    assert "perf record -e rezolus_ue:rezolus_cpu_usage -a -- sleep 5 && perf script" in lines
+    assert ("trace-cmd record -e rezolus_ue:rezolus_cpu_usage sleep 5 && trace-cmd report"
+            in lines)
+    assert all(ln.startswith(("perf ", "mkdir -p ", "trace-cmd ")) for ln in lines)
     # ftrace through an instance of our own, never the global buffer
-    assert all("/instances/rezolus/" in ln for ln in lines if not ln.startswith("perf "))
+    assert all("/instances/rezolus/" in ln for ln in lines if ln.startswith("mkdir"))

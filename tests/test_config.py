@@ -99,8 +99,8 @@ def test_defaults() -> None:
     assert d.sample_interval_ns == 100_000_000
     assert dict(d.agent) == {
         "publish_interval": 1_000_000_000, "sample_interval": 100_000_000, "tracefs": "",
-        "procfs": "/proc", "sysfs": "/sys", "persist": False, "multi_format": False,
-        "log_level": "info", "drop_capabilities": True,
+        "procfs": "/proc", "sysfs": "/sys", "transport": "auto", "persist": False,
+        "multi_format": False, "log_level": "info", "drop_capabilities": True,
     }
     assert set(d.samplers) == set(REGISTRY)
     assert all(d.sampler_enabled(name) for name in REGISTRY)

@@ -62,7 +62,9 @@ def test_schema_fields_labels_scalars_then_histogram() -> None:
     assert types["buckets"] == REL_BYTES
     buckets = s.fields[-1]
     assert buckets.max_len % h2.SPARSE_ENTRY_SIZE == 0
-    assert s.max_payload <= MAX_PAYLOAD < s.max_payload + h2.SPARSE_ENTRY_SIZE
+    # At most MAX_ENTRIES buckets a record (the uprobe transport's text of them fits a page).
+    assert buckets.max_len == h2.MAX_ENTRIES * h2.SPARSE_ENTRY_SIZE
+    assert s.max_payload <= MAX_PAYLOAD
     assert f.histogram is not None and f.histogram.name == "lat_ns"
     assert [m.name for m in f.scalars] == ["a", "b"]
     assert [m.name for m in f.dist_metrics] == ["a"]
@@ -455,9 +457,10 @@ def test_histogram_records_split_when_every_bucket_is_used(family: Family) -> No
     labels = tuple("x" if lb.type.text else 1 for lb in family.labels)
     scalars = tuple(range(len(family.scalars)))
     recs = histogram_records(schema, labels, scalars, counts)
-    assert len(recs) == 2
+    n = -(-h2.BUCKETS // h2.MAX_ENTRIES)
+    assert len(recs) == n == 5
     part, parts, count = (field_index(schema, n) for n in ("part", "parts", "count"))
-    assert [(r[part], r[parts]) for r in recs] == [(0, 2), (1, 2)]
+    assert [(r[part], r[parts]) for r in recs] == [(i, n) for i in range(n)]
     total = h2.new_counts()
     for r in recs:
         payload = schema.pack(*r)

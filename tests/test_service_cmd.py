@@ -81,7 +81,8 @@ def test_agent_keeps_only_bpf_and_perfmon() -> None:
 
 def test_agent_writes_only_its_runtime_dir_and_user_events_data() -> None:
     assert AGENT["RuntimeDirectory"] == [RUNTIME_DIR.name] and RUNTIME_DIR.parent == Path("/run")
-    assert words(AGENT, "ReadWritePaths") == ["-/sys/kernel/tracing/user_events_data"]
+    assert words(AGENT, "ReadWritePaths") == ["-/sys/kernel/tracing/user_events_data",
+                                              "-/sys/kernel/tracing/uprobe_events"]
     # ProtectKernelTunables=yes would pin tracefs read-only; its protection is spelled out.
     assert AGENT["ProtectKernelTunables"] == ["no"]
     assert {"/sys", "/proc/sys", "/proc/sysrq-trigger"} <= set(words(AGENT, "ReadOnlyPaths"))

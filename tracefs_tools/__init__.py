@@ -7,6 +7,13 @@ the I/O in `Tracefs`, which translates every OSError into the small hierarchy in
 from .errors import EventNotFound, TracefsError, TracefsNotFound, TracefsPermissionError
 from .format import EventFormat, FormatField, parse_format
 from .mounts import MountEntry, find_tracefs, parse_mounts, tracefs_candidates
+from .probes import (
+    ProbeBusy,
+    ProbeExists,
+    UprobeDefinition,
+    UprobeEvents,
+    parse_uprobe_events,
+)
 from .status import UserEventsStatus, UserEventStatus, parse_user_events_status
 from .tracefs import Tracefs
 
@@ -15,15 +22,20 @@ __all__ = [
     "EventNotFound",
     "FormatField",
     "MountEntry",
+    "ProbeBusy",
+    "ProbeExists",
     "Tracefs",
     "TracefsError",
     "TracefsNotFound",
     "TracefsPermissionError",
+    "UprobeDefinition",
+    "UprobeEvents",
     "UserEventStatus",
     "UserEventsStatus",
     "find_tracefs",
     "parse_format",
     "parse_mounts",
+    "parse_uprobe_events",
     "parse_user_events_status",
     "tracefs_candidates",
 ]

@@ -11,6 +11,7 @@ from pathlib import Path
 from .errors import EventNotFound, TracefsError, TracefsPermissionError
 from .format import EventFormat, parse_format
 from .mounts import find_tracefs
+from .rawio import write_once
 from .status import UserEventsStatus, parse_user_events_status
 
 __all__ = ["Tracefs"]
@@ -48,6 +49,10 @@ class Tracefs:
     def _translate(self, e: OSError, path: Path, missing: str | None) -> TracefsError:
         if e.errno in (errno.ENOENT, errno.ENOTDIR) and missing is not None:
             return EventNotFound(missing)
+        if e.errno == errno.EINTR and path.name == "enable":
+            return TracefsError(f"{path}: interrupted system call: a uprobe event is traced"
+                                " either by ftrace or by perf-based tools, not both at once;"
+                                " stop the other consumer first")
         if e.errno in (errno.EACCES, errno.EPERM):
             return TracefsPermissionError(
                 f"{path}: {e.strerror}. Run as root, or give a group access to tracefs: "
@@ -75,7 +80,7 @@ class Tracefs:
         with self._boundary(path, missing):
             fd = os.open(path, os.O_WRONLY)
             try:
-                os.write(fd, data.encode())
+                write_once(fd, data.encode())
             finally:
                 os.close(fd)
 
@@ -201,6 +206,11 @@ class Tracefs:
                 "(CONFIG_USER_EVENTS, Linux 6.4+)"
             )
         return parse_user_events_status(self._read(path))
+
+    @property
+    def has_uprobe_events(self) -> bool:
+        """Return True if this kernel can define uprobe events (CONFIG_UPROBE_EVENTS)."""
+        return self._exists(self.path("uprobe_events"))
 
     def dynamic_events(self) -> list[str]:
         """Return the lines of `dynamic_events` (kprobes, uprobes, synthetic and user events)."""

@@ -7,9 +7,15 @@ beside `perf record`) each get every record; none touches the global ftrace buff
 ``tracing_on``; closing one leaves the others running. Records the kernel had to drop (a
 ring full) are counted in ``lost``, never hidden.
 
-Holding a perf event keeps a user_event alive, so an agent restart that registers the same
-events again reuses them: the subscription carries on. Events that appear later (the agent
-started after us, or a sampler began publishing) are picked up by a periodic rescan.
+Either transport is read without an option: the events are looked for under both groups,
+``user_events`` and the uprobe transport's ``rezolus_ue``, and records of both decode to the
+same fields (a uprobe record's probe address is dropped, its text buckets become the sparse
+form; see ``encoding.UprobeLayout``).
+
+Holding a perf event keeps a user_event (or a uprobe event) alive, so an agent restart
+that registers the same events again reuses them: the subscription carries on. Events
+that appear later (the agent started after us, or a sampler began publishing) are picked
+up by a periodic rescan.
 """
 
 from __future__ import annotations
@@ -24,12 +30,14 @@ from tracefs_tools import EventFormat, Tracefs, TracefsError, find_tracefs
 
 from ..errors import ConfigError, KernelFeatureMissing, PermissionDenied, RezolusError
 from ..linux.perf_ring import TracepointRings
-from ..linux.user_events import missing_user_events_hint
+from ..metrics.h2 import sparse_from_text
 from ..schema import EVENTS
 from .records import Record
 
 log = logging.getLogger("rezolus_ue")
-GROUP = "user_events"
+#: The groups of the two transports (publisher.GROUPS), user_events first.
+GROUPS = ("user_events", "rezolus_ue")
+UPROBE_GROUP = GROUPS[1]
 #: How often to look for newly registered events.
 RESCAN_S = 2.0
 #: Data pages of each CPU's ring (4 KiB each): perf record's default, 512 KiB, which
@@ -49,7 +57,8 @@ def resolve_events(patterns: Iterable[str] | None) -> list[str]:
         return known
     out: list[str] = []
     for p in patterns:
-        p = p.removeprefix(f"{GROUP}:")
+        for g in GROUPS:
+            p = p.removeprefix(f"{g}:")
         hits = [n for n in known if fnmatch.fnmatchcase(n, p)]
         if not hits:
             close = [n for n in known if p.strip("*") and p.strip("*") in n][:5]
@@ -72,11 +81,14 @@ class Subscription:
                  on_wait=None) -> None:  # type: ignore[no-untyped-def]
         self.wanted = resolve_events(events)
         self._tfs = tracefs or _open_tracefs()
-        if not self._tfs.has_user_events:
-            raise KernelFeatureMissing("user_events", missing_user_events_hint(self._tfs.root))
+        if not self._tfs.has_user_events and not self._tfs.has_uprobe_events:
+            raise KernelFeatureMissing(
+                "user_events and uprobe events", f"{self._tfs.root} has neither"
+                " user_events_data nor uprobe_events: the kernel needs CONFIG_USER_EVENTS"
+                " (Linux 6.4+) or CONFIG_UPROBE_EVENTS")
         self._rings = TracepointRings(ring_pages=ring_pages)
-        self._subs: dict[str, int] = {}  # event name -> tracepoint id
-        self._formats: dict[int, tuple[str, EventFormat]] = {}
+        self._subs: dict[tuple[str, str], int] = {}  # (group, event) -> tracepoint id
+        self._formats: dict[int, tuple[str, EventFormat, bool]] = {}  # id -> (name, fmt, uprobe)
         self._next_scan = 0.0
         try:
             self._scan()
@@ -99,7 +111,7 @@ class Subscription:
     @property
     def events(self) -> list[str]:
         """Return the events currently subscribed."""
-        return list(self._subs)
+        return list(dict.fromkeys(name for _g, name in self._subs))
 
     @property
     def wall_offset_ns(self) -> int:
@@ -118,32 +130,35 @@ class Subscription:
         every sampler, and those the agent does not publish (disabled, or unavailable
         here) are looked for again at every rescan.
         """
-        try:
-            present = set(self._tfs.events(GROUP))
-        except TracefsError as e:
-            log.debug("cannot list %s events: %s", GROUP, e)
-            present = set()
-        for name in self.wanted:
-            if name in self._subs or name not in present:
-                continue
+        for group in GROUPS:
             try:
-                fmt = self._tfs.event_format(GROUP, name)
-                self._rings.add(fmt.id)
-                # Deleted and registered again (a new id) between the two: the records
-                # would carry an id we cannot name. Let the next scan take the new one.
-                if self._tfs.event_id(GROUP, name) != fmt.id:
-                    self._rings.remove(fmt.id)
-                    continue
-            except PermissionDenied:
-                raise
-            except (TracefsError, RezolusError) as e:
-                log.debug("cannot subscribe to %s: %s", name, e)
-                continue  # deleted between the listing and the open: next scan
-            self._subs[name] = fmt.id
-            self._formats[fmt.id] = (name, fmt)
+                present = set(self._tfs.events(group))
+            except TracefsError as e:
+                log.debug("cannot list %s events: %s", group, e)
+                continue
+            for name in self.wanted:
+                if (group, name) not in self._subs and name in present:
+                    self._subscribe(group, name)
         # From the end of the scan: a scan slower than RESCAN_S (a loaded machine) must
         # not make every poll scan again.
         self._next_scan = time.monotonic() + RESCAN_S
+
+    def _subscribe(self, group: str, name: str) -> None:
+        try:
+            fmt = self._tfs.event_format(group, name)
+            self._rings.add(fmt.id)
+            # Deleted and registered again (a new id) between the two: the records
+            # would carry an id we cannot name. Let the next scan take the new one.
+            if self._tfs.event_id(group, name) != fmt.id:
+                self._rings.remove(fmt.id)
+                return
+        except PermissionDenied:
+            raise
+        except (TracefsError, RezolusError) as e:
+            log.debug("cannot subscribe to %s:%s: %s", group, name, e)
+            return  # deleted between the listing and the open: next scan
+        self._subs[group, name] = fmt.id
+        self._formats[fmt.id] = (name, fmt, group == UPROBE_GROUP)
 
     def poll(self, timeout_ms: int, settle_ms: int = 0) -> list[Record]:
         """Return the records that arrived, waiting up to ``timeout_ms`` for the first.
@@ -151,7 +166,7 @@ class Subscription:
         ``settle_ms``: once the first arrived, wait this long more before reading, so a
         publish's burst comes back in one batch instead of a wakeup per record.
         """
-        if time.monotonic() >= self._next_scan and len(self._subs) < len(self.wanted):
+        if time.monotonic() >= self._next_scan and len(self._subs) < 2 * len(self.wanted):
             self._scan()
         if not self._subs:
             time.sleep(timeout_ms / 1000)
@@ -175,9 +190,14 @@ class Subscription:
         entry = self._formats.get(int.from_bytes(raw[:2], "little"))
         if entry is None:
             return None
-        name, fmt = entry
+        name, fmt, uprobe = entry
         try:
             fields = fmt.decode(raw)
+            if uprobe:
+                fields.pop("__probe_ip", None)
+                b = fields.get("buckets")
+                if isinstance(b, str):
+                    fields["buckets"] = sparse_from_text(b)
         except ValueError as e:
             log.debug("undecodable %s record: %s", name, e)
             return None

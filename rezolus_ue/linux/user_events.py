@@ -133,9 +133,10 @@ def _status_hint(path: Path) -> str:
 def missing_user_events_hint(tracefs: Path, more: bool = True) -> str:
     """Return the one-line remedy for a kernel without user_events."""
     return (
-        f"{tracefs}/user_events_data does not exist. rezolus-ue needs Linux >= 6.4 built with"
-        " CONFIG_USER_EVENTS=y (Ubuntu 24.04 and newer kernels ship it; Debian 12's 6.1 does"
-        " not)" + (". Run `rezolus-ue check` for the other features" if more else "")
+        f"{tracefs}/user_events_data does not exist: user_events needs Linux >= 6.4 built"
+        " with CONFIG_USER_EVENTS=y (Ubuntu 24.04 and newer kernels ship it; Debian's do not;"
+        " elsewhere `transport = \"uprobe\"` works, docs/kernels.md)"
+        + (". Run `rezolus-ue check` for the other features" if more else "")
     )
 
 

@@ -196,9 +196,11 @@ class Family:
                 Field("parts", U8, "", "records the bucket list was split into"),
             ]
             fixed = sum(f.type.size for f in fields) + REL_BYTES.size
-            room = (MAX_PAYLOAD - fixed) // h2.SPARSE_ENTRY_SIZE * h2.SPARSE_ENTRY_SIZE
+            room = min(MAX_PAYLOAD - fixed, h2.MAX_ENTRIES * h2.SPARSE_ENTRY_SIZE) \
+                // h2.SPARSE_ENTRY_SIZE * h2.SPARSE_ENTRY_SIZE
             fields.append(Field("buckets", REL_BYTES, "", f"{h.name}: the interval's non-zero"
-                                " buckets, {u16 index; u64 count} each", max_len=room))
+                                " buckets, {u16 index; u64 count} each", max_len=room,
+                                to_text=h2.sparse_to_text, text_len=h2.MAX_TEXT))
         return EventSchema(self.event, self.description + _describe(self), tuple(fields),
                            self.sampler, _cadence(self))
 

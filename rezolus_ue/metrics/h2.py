@@ -13,7 +13,11 @@ Histograms are cumulative and never reset; a percentile is the *upper* edge of t
 holding that rank (as Rezolus reports it). Deltas between snapshots detect resets.
 
 Sparse wire form (the ``buckets`` field of histogram events): the interval's non-zero
-buckets as packed records ``{u16 index; u64 count}`` in native byte order, ascending index.
+buckets as packed records ``{u16 index; u64 count}`` in native byte order, ascending index,
+at most ``MAX_ENTRIES`` per record (more are split across records). On the uprobe
+transport the same entries travel as text, ``"index:count index:count ..."``: uprobe fetch
+arguments have no variable-length binary type, and perf and trace-cmd print fixed arrays of
+probe events as zeros (docs/kernels.md), while a string they print as it is.
 """
 
 from __future__ import annotations
@@ -33,6 +37,13 @@ MAX_VALUE = (1 << MAX_VALUE_POWER) - 1
 #: One entry of the sparse wire form.
 SPARSE_DTYPE = np.dtype([("index", "=u2"), ("count", "=u8")])
 SPARSE_ENTRY_SIZE = SPARSE_DTYPE.itemsize  # 10 bytes
+
+#: Entries per record. The text form of this many (index <= 3 digits, count <= 20, two
+#: separators each) plus a record's other fields stays below the uprobe transport's one-page
+#: limit per record; a histogram rarely has this many non-zero buckets in one interval.
+MAX_ENTRIES = 100
+#: Longest text form of MAX_ENTRIES entries, NUL included.
+MAX_TEXT = MAX_ENTRIES * (3 + 1 + 20 + 1) + 1
 
 assert BUCKETS == 496 and SPARSE_ENTRY_SIZE == 10
 
@@ -138,6 +149,24 @@ def decode_sparse(data: bytes) -> np.ndarray:
     counts = new_counts()
     np.add.at(counts, entries["index"].astype(np.intp), entries["count"])
     return counts
+
+
+def sparse_to_text(data: bytes) -> bytes:
+    """Return the text form (``b"index:count ..."``, no NUL) of sparse wire data."""
+    if not data:
+        return b""
+    entries = np.frombuffer(data, dtype=SPARSE_DTYPE).tolist()
+    return " ".join(f"{i}:{c}" for i, c in entries).encode()
+
+
+def sparse_from_text(text: str) -> bytes:
+    """Return the sparse wire form of the text form; raise ValueError if malformed."""
+    try:
+        pairs = [tuple(int(x) for x in e.split(":", 1)) for e in text.split()]
+        out = np.array(pairs, dtype=SPARSE_DTYPE) if pairs else np.empty(0, SPARSE_DTYPE)
+    except (ValueError, TypeError, OverflowError):
+        raise ValueError(f"buckets text is malformed: {text[:40]!r}") from None
+    return out.tobytes()
 
 
 def split_sparse(data: bytes, max_bytes: int) -> list[bytes]:

@@ -60,13 +60,16 @@ def _bpf_samplers() -> list[str]:
     return [n for n, c in REGISTRY.items() if issubclass(c, BpfSampler)]
 
 
-def test_no_user_events_is_one_clear_error() -> None:
+def test_no_user_events_is_one_clear_error(tmp_path: Path) -> None:
+    """With user_events asked for (auto takes the uprobe transport here)."""
     if Path("/sys/kernel/tracing/user_events_data").exists():
         pytest.skip("this kernel has user_events")
-    p = subprocess.run([sys.executable, "-m", "rezolus_ue", "run"], capture_output=True,
-                       text=True, timeout=120, cwd=ROOT)
+    conf = tmp_path / "ue.toml"
+    conf.write_text('[agent]\ntransport = "user_events"\n')
+    p = subprocess.run([sys.executable, "-m", "rezolus_ue", "run", "--config", str(conf)],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert p.returncode != 0
-    assert "CONFIG_USER_EVENTS" in p.stderr
+    assert "CONFIG_USER_EVENTS" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
     assert "Traceback" not in p.stderr + p.stdout
 
 
