@@ -76,6 +76,18 @@ FIGURES = (
     Figure("overhead", "agent CPU, BPF samplers, no consumer",
            r"agent CPU, no consumer, 1 s publishing:\s+([\d.]+) %", "% of a core",
            "<= 0.05%, 0 programs"),
+    Figure("transports", "uprobe transport: disabled check (reference counter read)",
+           r"uprobe disabled check\s+([\d.]+) ns", "ns", "<= 100 ns"),
+    Figure("transports", "uprobe transport: enabled emit, scalar event",
+           r"uprobe enabled emit, scalar event\s+([\d.]+) ns", "ns", ""),
+    Figure("transports", "agent CPU, shipped config, perf consuming every event, uprobe",
+           r"every event, uprobe:\s+([\d.]+) %", "% of a core", "<= 1%"),
+    Figure("transports_vm", "uprobe / user_events, enabled emit, scalar (in the VM)",
+           r"ratio uprobe / user_events, enabled emit, scalar event\s+([\d.]+) x", "x", ""),
+    Figure("transports_vm", "uprobe / user_events, disabled check (in the VM)",
+           r"ratio uprobe / user_events, disabled check\s+([\d.]+) x", "x", "~1x"),
+    Figure("transports_vm", "uprobe / user_events, agent CPU, every event consumed (in the VM)",
+           r"ratio agent CPU uprobe / user_events\s+([\d.]+) x", "x", ""),
     Figure("top", "top: one frame, 64 CPUs, 200x60 (ingest + render + draw)",
            r"\s+64\s+200x60\s+\d+\s+[\d.]+ms\s+[\d.]+ms\s+[\d.]+ms\s+([\d.]+)ms", "ms",
            "CPU share at 1 Hz = ms/10 %"),
@@ -93,9 +105,14 @@ def commands(quick: bool, vm: str | None) -> dict[str, list[str]]:
         "overhead": [py, "bench/overhead.py", *(["--runs", "2", "--groups", "2", "--loops",
                                                   "20", "--seconds", "2"] if quick else [])],
         "top": [py, "bench/top.py", *(["--frames", "3"] if quick else [])],
+        "transports": [py, "bench/transports.py", *(["-n", "20000", "--seconds", "3",
+                                                      "--rounds", "1"] if quick else [])],
         # Last: its emulated CPU loads the machine long after it exits.
         **({"publish_vm": [py, "bench/publish.py", "-n", "20000" if quick else "200000",
-                           "--vm", vm]} if vm else {}),
+                           "--vm", vm],
+            "transports_vm": [py, "bench/transports.py", "--vm", vm,
+                              *(["-n", "20000", "--seconds", "5", "--rounds", "1"] if quick
+                                else ["--seconds", "30"])]} if vm else {}),
     }
 
 
@@ -124,7 +141,7 @@ def extract(outputs: dict[str, str]) -> list[tuple[Figure, str]]:
     for f in FIGURES:
         out = outputs.get(f.bench)
         if out is None:
-            rows.append((f, "not run (needs --vm BZIMAGE)" if f.bench == "publish_vm"
+            rows.append((f, "not run (needs --vm BZIMAGE)" if f.bench.endswith("_vm")
                          else "not run"))
             continue
         m = re.search(f.pattern, out)

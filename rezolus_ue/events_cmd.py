@@ -220,7 +220,7 @@ def delete_events(names: list[str]) -> int:
     By name through ``DIAG_IOCSDEL``: writing ``!u:NAME`` to ``dynamic_events`` does not
     match an event that has fields (Linux 6.12 wants the whole field list too).
     """
-    from .linux.user_events import UserEventsData
+    from .linux.user_events import delete_event
 
     con = Console(highlight=False, stderr=True)
     root = find_tracefs(mount=os.geteuid() == 0)
@@ -232,17 +232,13 @@ def delete_events(names: list[str]) -> int:
             raise RezolusError(f"no such event registered: {', '.join(unknown)}"
                                " (registered: `rezolus-ue events`)")
         ours = names
-    data = UserEventsData(root)
     deleted, busy = [], []
-    try:
-        for name in ours:
-            try:
-                data.delete(name)
-                deleted.append(name)
-            except RezolusError as e:
-                busy.append(f"{name} ({str(e).split(': ', 1)[-1]})")
-    finally:
-        data.close()
+    for name in ours:
+        try:
+            delete_event(root, name)
+            deleted.append(name)
+        except RezolusError as e:
+            busy.append(f"{name} ({str(e).split(': ', 1)[-1]})")
     con.print(f"deleted {len(deleted)} event(s){': ' if deleted else ''}{', '.join(deleted)}",
               soft_wrap=True)
     if busy:

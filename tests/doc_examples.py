@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: The files a reader follows. docs/events.md and docs/samplers.md are generated
 #: references without examples; docs/PERFORMANCE.md holds benchmark output only.
 SOURCES = ("README.md", "docs/api.md", "docs/recording.md", "docs/prometheus.md",
-           "docs/security.md", "docs/events.md", "docs/samplers.md", "docs/PERFORMANCE.md",
-           "man/rezolus-ue.8", "man/rezolus-ue.toml.5")
+           "docs/security.md", "docs/kernels.md", "docs/events.md", "docs/samplers.md",
+           "docs/PERFORMANCE.md", "man/rezolus-ue.8", "man/rezolus-ue.toml.5")
 SHELL_LANGS = ("console", "sh")
 BLOCK_LANGS = ("python", "sql", "toml", "yaml", "promql", "ini")
 
@@ -357,6 +357,13 @@ EXERCISED: dict[str, Ran | NotRun] = {
     # docs/security.md
     "sudo rezolus-ue run": Ran(K + "test_agent_variants"),
     "ini: [Service]": NotRun(NO_SYSTEMD),
+    # docs/kernels.md
+    "grep -E 'CONFIG_(USER_EVENTS|UPROBE_EVENTS|DEBUG_INFO_BTF|KPROBES)=' /boot/config-$(uname"
+    " -r)": NotRun("reads the config file a distribution kernel installs in /boot; the test"
+                   " machines' kernels have none (rezolus-ue check, which the tests run,"
+                   " probes the same features)"),
+    "sudo sh docs/repro/probe-array-zeros.sh": Ran(
+        "tests/uprobe/test_uprobe_transport.py::test_the_array_reproducer_in_the_docs"),
     # man/rezolus-ue.8
     "cat /sys/kernel/tracing/events/user_events/rezolus_cpu_usage/format": Ran(
         K + "test_man_page_consuming"),

@@ -296,27 +296,8 @@ class UserEventsData:
         WORDS.release(reg._slot)
 
     def delete(self, name: str) -> None:
-        """Ask the kernel to delete event ``name`` (only works once nothing references it).
-
-        A separate fd is used: our own fd holds references to what it registered.
-        """
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-        except OSError as e:
-            raise RezolusError(f"cannot open {self.path}: {e.strerror}") from None
-        try:
-            # The argument is the string's address, which fcntl.ioctl cannot pass.
-            if _libc().ioctl(fd, ctypes.c_ulong(DIAG_IOCSDEL), name.encode()) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, os.strerror(err))
-        except OSError as e:
-            if e.errno == errno.EBUSY:
-                raise RezolusError(f"cannot delete {name}: it is still in use") from None
-            if e.errno == errno.ENOENT:
-                raise RezolusError(f"cannot delete {name}: no such event") from None
-            raise RezolusError(f"cannot delete {name}: {e.strerror}") from None
-        finally:
-            os.close(fd)
+        """Ask the kernel to delete event ``name`` (see ``delete_event``)."""
+        delete_event(self.tracefs, name)
 
     def close(self) -> None:
         """Unregister every event and close the file (idempotent)."""
@@ -362,3 +343,29 @@ _open_files: weakref.WeakSet[UserEventsData] = weakref.WeakSet()
 def _close_all() -> None:
     for f in list(_open_files):
         f.close()
+
+
+def delete_event(tracefs: str | Path, name: str) -> None:
+    """Ask the kernel to delete user event ``name``; it does only once nothing references
+    it (no registration, no enabled consumer).
+
+    Through an fd of its own: a registrant's fd holds references to what it registered.
+    """
+    path = Path(tracefs) / "user_events_data"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError as e:
+        raise RezolusError(f"cannot open {path}: {e.strerror}") from None
+    try:
+        # The argument is the string's address, which fcntl.ioctl cannot pass.
+        if _libc().ioctl(fd, ctypes.c_ulong(DIAG_IOCSDEL), name.encode()) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+    except OSError as e:
+        if e.errno == errno.EBUSY:
+            raise RezolusError(f"cannot delete {name}: it is still in use") from None
+        if e.errno == errno.ENOENT:
+            raise RezolusError(f"cannot delete {name}: no such event") from None
+        raise RezolusError(f"cannot delete {name}: {e.strerror}") from None
+    finally:
+        os.close(fd)

@@ -256,3 +256,49 @@ def test_the_stub_must_be_roots_alone():
     finally:
         shutil.rmtree(in_tmp)
         shutil.rmtree(mine)
+
+
+def test_the_array_reproducer_in_the_docs():
+    """docs/kernels.md's upstream report: its script prints what the page says (perf
+    zeros, ftrace the values) and leaves no event behind."""
+    from doc_examples import examples, unmatched_claims
+
+    (ex,) = [e for e in examples() if e.source == "docs/kernels.md"
+             and e.text == "sudo sh docs/repro/probe-array-zeros.sh"]
+    p = subprocess.run(["sh", "docs/repro/probe-array-zeros.sh"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert not unmatched_claims(ex.claims, p.stdout), p.stdout
+    assert "arrtest" not in Path("/sys/kernel/tracing/uprobe_events").read_text()
+
+
+def test_demand_driven_on_the_uprobe_transport(tfs, agent, tmp_path):
+    """No consumer: samplers idle and BPF programs detached; perf on one BPF sampler's
+    event attaches them and makes it active; perf gone: idle and detached again."""
+    from rezolus_ue.agent import read_status
+
+    def state(name: str) -> tuple[str, str]:
+        st = (read_status() or {}).get("samplers", {}).get(name, {})
+        return st.get("status", "?"), st.get("reason") or ""
+
+    wait_for(lambda: state("scheduler_runqueue")[0] == "idle"
+             and state("scheduler_runqueue")[1].startswith("detached")
+             and state("cpu_usage")[0] == "idle", timeout=60,
+             what="idle samplers with BPF detached", seen=lambda: read_status())
+    perf = subprocess.Popen(["perf", "record", "-q", "-e", f"{GROUP}:{HIST}", "-a", "-o",
+                             str(tmp_path / "p.data"), "--", "sleep", "600"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        wait_for(lambda: state("scheduler_runqueue")[0] == "active"
+                 and state("scheduler_runqueue")[1].startswith("attached"), timeout=120,
+                 what="scheduler_runqueue active with its programs attached",
+                 seen=lambda: state("scheduler_runqueue"))
+        assert state("cpu_usage")[0] == "idle"  # nobody asked for it
+    finally:
+        os.killpg(perf.pid, signal.SIGINT)
+        perf.wait(timeout=60)
+    wait_for(lambda: state("scheduler_runqueue")[0] == "idle"
+             and state("scheduler_runqueue")[1].startswith("detached"), timeout=120,
+             what="scheduler_runqueue idle and detached after perf left",
+             seen=lambda: state("scheduler_runqueue"))
