@@ -88,6 +88,8 @@ FIGURES = (
            r"ratio uprobe / user_events, disabled check\s+([\d.]+) x", "x", "~1x"),
     Figure("transports_vm", "uprobe / user_events, agent CPU, every event consumed (in the VM)",
            r"ratio agent CPU uprobe / user_events\s+([\d.]+) x", "x", ""),
+    Figure("bpf_hooks", "slowest BPF hook, per run (table: every hook)",
+           r"slowest hook: \S+ \S+ ([\d.]+) ns/run", "ns", ""),
     Figure("top", "top: one frame, 64 CPUs, 200x60 (ingest + render + draw)",
            r"\s+64\s+200x60\s+\d+\s+[\d.]+ms\s+[\d.]+ms\s+[\d.]+ms\s+([\d.]+)ms", "ms",
            "CPU share at 1 Hz = ms/10 %"),
@@ -105,6 +107,7 @@ def commands(quick: bool, vm: str | None) -> dict[str, list[str]]:
         "overhead": [py, "bench/overhead.py", *(["--runs", "2", "--groups", "2", "--loops",
                                                   "20", "--seconds", "2"] if quick else [])],
         "top": [py, "bench/top.py", *(["--frames", "3"] if quick else [])],
+        "bpf_hooks": [py, "bench/bpf_hooks.py", "--seconds", "3" if quick else "20"],
         "transports": [py, "bench/transports.py", *(["-n", "20000", "--seconds", "3",
                                                       "--rounds", "1"] if quick else [])],
         # Last: its emulated CPU loads the machine long after it exits.

@@ -127,6 +127,19 @@ def per_event(tfs: Tracefs, transports: list[str], n: int) -> dict[str, dict[str
     return {"disabled": disabled, "enabled": enabled}
 
 
+def settled() -> bool:
+    """Return True once the running agent's samplers are active (or cannot run) and none
+    is still loading its BPF programs."""
+    from rezolus_ue.agent import read_status
+
+    st = read_status()
+    if not st:
+        return False
+    return all(s["status"] in ("unavailable", "disabled") or (
+        s["status"] == "active" and not (s.get("reason") or "").startswith("loading:"))
+        for s in st["samplers"].values())
+
+
 def agent_cpu(tfs: Tracefs, transport: str, seconds: float) -> float | str:
     """Return the agent's CPU share (% of a core) with perf consuming every event."""
     text = (ROOT / "configs" / "default.toml").read_text()
@@ -146,7 +159,13 @@ def agent_cpu(tfs: Tracefs, transport: str, seconds: float) -> float | str:
                                  "-o", "/dev/null", "--", "sleep", str(seconds + 600)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
-        time.sleep(max(5.0, seconds / 4))  # every sampler activates, BPF loads
+        # Every sampler active and its BPF loaded (minutes under the VM's emulated CPU),
+        # then two more intervals: start-up is not what is measured.
+        while not settled():
+            if agent.poll() is not None or time.monotonic() > deadline + 600:
+                return f"the agent did not settle on {transport}"
+            time.sleep(0.5)
+        time.sleep(2.0)
         tick = os.sysconf("SC_CLK_TCK")
 
         def cpu_s() -> float:
