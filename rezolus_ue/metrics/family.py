@@ -104,6 +104,9 @@ class Family:
     """One event's worth of metrics, published by one sampler."""
 
     event: str
+    #: The sampler that publishes it: its name, or (as every sampler package declares
+    #: it) the declaring module's ``__name__``, ``rezolus_ue.samplers.<name>``, whose last
+    #: part names it: the folder is the one place the name is written.
     sampler: str
     description: str
     labels: tuple[Label, ...]
@@ -112,6 +115,8 @@ class Family:
     dist_sampling: str = ""
 
     def __post_init__(self) -> None:
+        if "." in self.sampler:
+            object.__setattr__(self, "sampler", self.sampler.rpartition(".")[2])
         hist = [m for m in self.metrics if m.kind is Kind.HISTOGRAM]
         if len(hist) > 1 or (hist and self.metrics[-1].kind is not Kind.HISTOGRAM):
             raise ValueError(f"{self.event}: at most one histogram, declared last")

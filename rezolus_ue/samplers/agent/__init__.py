@@ -15,7 +15,7 @@ from ...metrics.family import Family, Label, counter, gauge, histogram
 SAMPLER = Label("sampler", char_array(24), "sampler name (config section)")
 
 AGENT = Family(
-    "rezolus_agent", "agent",
+    "rezolus_agent", __name__,
     "The agent's own health and cost. Counters are cumulative since the agent started;"
     " events_written counts records written before this one.",
     (),
@@ -52,7 +52,7 @@ _SAMPLER_ERRORS = ("errors since the agent started: calls that raised (sample, p
                    " here; all samplers' add up to rezolus_agent.sampler_errors")
 
 AGENT_SAMPLER = Family(
-    "rezolus_agent_sampler", "agent",
+    "rezolus_agent_sampler", __name__,
     "Each sampler's status and refresh cost (rezolus_agent_status says why, in words).",
     (SAMPLER,),
     (
@@ -78,7 +78,7 @@ LAST_ERROR = Label("last_error", REL_STR, "its latest error, one line, kept afte
                    max_len=STATUS_TEXT_MAX + 1)
 
 AGENT_STATUS = Family(
-    "rezolus_agent_status", "agent",
+    "rezolus_agent_status", __name__,
     "Each sampler's state and, in words, why: which samplers are failing or cannot run"
     " here, with their errors. The agent's status.json (`rezolus-ue events`) says the same.",
     (SAMPLER, SAMPLER_STATE, REASON, LAST_ERROR),

@@ -34,7 +34,7 @@ from ...metrics.family import Family, Label, counter, gauge
 DEVICE = Label("device", char_array(32), "block device name, e.g. nvme0n1")
 
 BLOCKIO = Family(
-    "rezolus_blockio_device", "blockio",
+    "rezolus_blockio_device", __name__,
     "Per block device IO (/proc/diskstats; discards since 4.18, flushes since 5.5).",
     (DEVICE,),
     (

@@ -53,7 +53,7 @@ BLOCKIO_OP = Label("op", char_array(8), "request operation: read, write, flush, 
                    " driver private)")
 
 BLOCKIO_LATENCY = Family(
-    "rezolus_blockio_latency", "blockio_requests",
+    "rezolus_blockio_latency", __name__,
     "Block IO request latency by operation, every device together: from the request's"
     " issue to the driver (block:block_rq_issue) to its completion (block_rq_complete),"
     " BPF. Operations seen since the agent loaded the programs have a record each interval.",
@@ -62,7 +62,7 @@ BLOCKIO_LATENCY = Family(
 )
 
 BLOCKIO_SIZE = Family(
-    "rezolus_blockio_size", "blockio_requests",
+    "rezolus_blockio_size", __name__,
     "Block IO request size by operation, every device together, at completion"
     " (block:block_rq_complete, BPF; flushes are 0 bytes).",
     (BLOCKIO_OP,),
@@ -70,7 +70,7 @@ BLOCKIO_SIZE = Family(
 )
 
 BLOCKIO_REQUESTS = Family(
-    "rezolus_blockio_requests", "blockio_requests",
+    "rezolus_blockio_requests", __name__,
     "Completed block IO requests, bytes and errors by operation, every device together,"
     " counted by BPF on block:block_rq_complete while a consumer is attached (totals since"
     " the agent loaded the programs). Errors are blk_status_t codes grouped by kind, as"

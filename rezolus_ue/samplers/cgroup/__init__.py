@@ -33,7 +33,7 @@ from ...metrics.family import Family, counter, gauge
 from ...metrics.labels import CGROUP
 
 CGROUP_FAMILY = Family(
-    "rezolus_cgroup", "cgroup",
+    "rezolus_cgroup", __name__,
     "Per cgroup v2 CPU, throttling, memory and IO (cpu.stat, memory.current, io.stat);"
     " bounded by max_cgroups and include/exclude globs.",
     (CGROUP,),

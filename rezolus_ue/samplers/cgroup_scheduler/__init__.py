@@ -45,7 +45,7 @@ CGROUP_PATH = Label("cgroup", char_array(256), "cgroup v2 path below the cgroup 
                     " \"(other)\" for every cgroup without a slot of its own")
 
 CGROUP_SCHEDULER = Family(
-    "rezolus_cgroup_scheduler", "cgroup_scheduler",
+    "rezolus_cgroup_scheduler", __name__,
     "Per-cgroup scheduler activity measured by BPF (sched_switch, sched_wakeup,"
     " sched_stat_runtime) while a consumer is attached, for at most max_cgroups cgroups"
     " chosen by include/exclude globs; every other cgroup counts in \"(other)\" (totals"
@@ -65,7 +65,7 @@ CGROUP_SCHEDULER = Family(
 )
 
 CGROUP_RUNQUEUE_LATENCY = Family(
-    "rezolus_cgroup_runqueue_latency", "cgroup_scheduler",
+    "rezolus_cgroup_runqueue_latency", __name__,
     "Run-queue latency per cgroup (as rezolus_scheduler_runqueue_latency, charged to the"
     " cgroup the task was last seen in; BPF). Only cgroups with waits in the interval have"
     " a record.",

@@ -25,7 +25,7 @@ from ...metrics.family import Family, gauge
 from ...metrics.labels import CPU
 
 CPU_FREQUENCY = Family(
-    "rezolus_cpu_frequency", "cpu_frequency",
+    "rezolus_cpu_frequency", __name__,
     "Current frequency per CPU (cpufreq scaling_cur_freq, else /proc/cpuinfo 'cpu MHz').",
     (CPU,),
     # Not oversampled: governors change frequency on their own slower clock, and

@@ -30,7 +30,7 @@ KINDS = {
 }
 
 CPU_INTERRUPTS = Family(
-    "rezolus_cpu_interrupts", "cpu_interrupts",
+    "rezolus_cpu_interrupts", __name__,
     "Interrupts handled per CPU, device and the kernel's own by kind (/proc/interrupts).",
     (CPU,),
     (

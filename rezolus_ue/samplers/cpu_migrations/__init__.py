@@ -23,7 +23,7 @@ from ...metrics.family import Family, counter
 from ...metrics.labels import CPU
 
 CPU_MIGRATIONS = Family(
-    "rezolus_cpu_migrations", "cpu_migrations",
+    "rezolus_cpu_migrations", __name__,
     "Tasks moved between CPUs, per CPU and direction, counted by BPF on"
     " sched:sched_migrate_task while a consumer is attached (totals since the agent loaded"
     " the programs).",

@@ -24,7 +24,7 @@ SOFTIRQ_KINDS = ("hi", "timer", "net_tx", "net_rx", "block", "irq_poll", "taskle
                  "hrtimer", "rcu")
 
 CPU_SOFTIRQ = Family(
-    "rezolus_cpu_softirq", "cpu_softirq",
+    "rezolus_cpu_softirq", __name__,
     "Softirqs handled per CPU, by kind (/proc/softirqs).",
     (CPU,),
     tuple(counter(k, "softirqs", f"{k.upper()} softirqs") for k in SOFTIRQ_KINDS),

@@ -30,7 +30,7 @@ from ..cpu_softirq import SOFTIRQ_KINDS
 SOFTIRQ_KIND = Label("kind", char_array(16), "softirq kind: " + ", ".join(SOFTIRQ_KINDS))
 
 SOFTIRQ_TIME = Family(
-    "rezolus_softirq_time", "cpu_softirq_time",
+    "rezolus_softirq_time", __name__,
     "Time spent in softirq handlers per CPU, by kind, measured by BPF on irq:softirq_entry"
     " and irq:softirq_exit while a consumer is attached (totals since the agent loaded the"
     " programs; hard interrupts taken inside a handler count as its time).",
@@ -40,7 +40,7 @@ SOFTIRQ_TIME = Family(
 )
 
 SOFTIRQ_DURATION = Family(
-    "rezolus_softirq_duration", "cpu_softirq_time",
+    "rezolus_softirq_duration", __name__,
     "How long each softirq handler run took, by kind, all CPUs together (BPF on"
     " irq:softirq_entry and irq:softirq_exit). Only kinds that ran in the interval have a"
     " record.",

@@ -14,7 +14,7 @@ from ...metrics.family import Family, counter, gauge
 from ...metrics.labels import CPU
 
 CPU_USAGE = Family(
-    "rezolus_cpu_usage", "cpu_usage",
+    "rezolus_cpu_usage", __name__,
     "Time each CPU has spent in each state since boot (/proc/stat), and how busy it was."
     " busy_ppm is sampled every sample_interval, so its max shows bursts the interval's"
     " average hides.",
@@ -34,7 +34,7 @@ CPU_USAGE = Family(
 )
 
 CPU_CORES = Family(
-    "rezolus_cpu_cores", "cpu_usage",
+    "rezolus_cpu_cores", __name__,
     "CPUs online (/sys/devices/system/cpu/online).",
     (),
     (gauge("online", "cpus", "online CPUs", dist=False),),

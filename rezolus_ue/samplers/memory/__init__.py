@@ -36,7 +36,7 @@ from ...metrics.family import Family, Label, counter, gauge
 RESOURCE = Label("resource", char_array(8), "pressure resource: cpu, memory, io or irq")
 
 MEMORY = Family(
-    "rezolus_memory", "memory",
+    "rezolus_memory", __name__,
     "Memory use (/proc/meminfo).",
     (),
     (
@@ -54,7 +54,7 @@ MEMORY = Family(
 )
 
 MEMORY_VMSTAT = Family(
-    "rezolus_memory_vmstat", "memory",
+    "rezolus_memory_vmstat", __name__,
     "Paging and NUMA activity (/proc/vmstat).",
     (),
     (
@@ -74,7 +74,7 @@ MEMORY_VMSTAT = Family(
 )
 
 MEMORY_PRESSURE = Family(
-    "rezolus_pressure", "memory",
+    "rezolus_pressure", __name__,
     "Pressure stall information (/proc/pressure/*; Linux >= 4.20 with CONFIG_PSI).",
     (RESOURCE,),
     (

@@ -39,7 +39,7 @@ from ...metrics.family import Family, Label, counter
 INTERFACE = Label("interface", char_array(16), "network interface name")
 
 NETWORK = Family(
-    "rezolus_network_interface", "network",
+    "rezolus_network_interface", __name__,
     "Per network interface traffic (netlink 64-bit link stats; /sys/class/net fallback).",
     (INTERFACE,),
     (

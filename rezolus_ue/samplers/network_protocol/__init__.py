@@ -26,7 +26,7 @@ from __future__ import annotations
 from ...metrics.family import Family, counter
 
 TCP = Family(
-    "rezolus_tcp", "network_protocol",
+    "rezolus_tcp", __name__,
     "TCP protocol counters (/proc/net/snmp, /proc/net/netstat).",
     (),
     (
@@ -44,7 +44,7 @@ TCP = Family(
 )
 
 UDP = Family(
-    "rezolus_udp", "network_protocol",
+    "rezolus_udp", __name__,
     "UDP protocol counters over IPv4 (/proc/net/snmp; IPv6 UDP is not included).",
     (),
     (

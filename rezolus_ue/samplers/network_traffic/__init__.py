@@ -32,7 +32,7 @@ DROP_REASON = Label("reason", char_array(32), "why the kernel dropped the packet
                     " (before 5.17) or one outside the table")
 
 NETWORK_TRAFFIC = Family(
-    "rezolus_network_traffic", "network_traffic",
+    "rezolus_network_traffic", __name__,
     "Network traffic of every interface together, counted by BPF on net:netif_receive_skb,"
     " net:net_dev_start_xmit and skb:kfree_skb while a consumer is attached (totals since"
     " the agent loaded the programs). A packet crossing several devices (veth, bridge, lo)"
@@ -52,7 +52,7 @@ NETWORK_TRAFFIC = Family(
 )
 
 NETWORK_DROPS = Family(
-    "rezolus_network_drops", "network_traffic",
+    "rezolus_network_drops", __name__,
     "Dropped packets by reason, counted by BPF on skb:kfree_skb while a consumer is attached"
     " (totals since the agent loaded the programs; reasons with drops only).",
     (DROP_REASON,),

@@ -23,7 +23,7 @@ from ...metrics.labels import CPU
 from ..perf_software import OVERSAMPLE, PERF_DIST
 
 PERF_HARDWARE = Family(
-    "rezolus_perf_hardware", "perf_hardware",
+    "rezolus_perf_hardware", __name__,
     "Per-CPU hardware perf counters (cycles, instructions, branch misses), scaled for"
     " multiplexing; unavailable where the CPU or VM exposes no PMU.",
     (CPU,),

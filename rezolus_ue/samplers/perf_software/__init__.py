@@ -32,7 +32,7 @@ PERF_DIST = ("every sample_interval only with the sampler's oversample = true; b
               " one rate (each read of another CPU's counters interrupts that CPU).")
 
 PERF_SOFTWARE = Family(
-    "rezolus_perf_software", "perf_software",
+    "rezolus_perf_software", __name__,
     "Per-CPU software perf counters (perf_event_open PERF_TYPE_SOFTWARE).",
     (CPU,),
     (

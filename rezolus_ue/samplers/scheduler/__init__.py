@@ -27,7 +27,7 @@ from ...metrics.family import Family, counter, gauge
 from ...metrics.labels import CPU
 
 SCHEDULER = Family(
-    "rezolus_scheduler", "scheduler",
+    "rezolus_scheduler", __name__,
     "System-wide scheduler activity (/proc/stat).",
     (),
     (
@@ -39,7 +39,7 @@ SCHEDULER = Family(
 )
 
 SCHEDULER_CPU = Family(
-    "rezolus_scheduler_cpu", "scheduler",
+    "rezolus_scheduler_cpu", __name__,
     "Per-CPU run and run-queue wait time (/proc/schedstat; needs CONFIG_SCHEDSTATS).",
     (CPU,),
     (

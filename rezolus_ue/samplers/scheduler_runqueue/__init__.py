@@ -29,7 +29,7 @@ from ...metrics.family import Family, counter, histogram
 from ...metrics.labels import ATTACHED, CPU
 
 SCHEDULER_RUNQUEUE_LATENCY = Family(
-    "rezolus_scheduler_runqueue_latency", "scheduler_runqueue",
+    "rezolus_scheduler_runqueue_latency", __name__,
     "Run-queue latency: how long tasks waited, runnable, for a CPU (from wakeup or"
     " preemption to running; BPF on sched_wakeup, sched_wakeup_new, sched_switch).",
     (),
@@ -37,7 +37,7 @@ SCHEDULER_RUNQUEUE_LATENCY = Family(
 )
 
 SCHEDULER_RUNNING = Family(
-    "rezolus_scheduler_running", "scheduler_runqueue",
+    "rezolus_scheduler_running", __name__,
     "How long tasks ran each time they got a CPU (switch-in to switch-out; BPF on"
     " sched_switch).",
     (),
@@ -45,7 +45,7 @@ SCHEDULER_RUNNING = Family(
 )
 
 SCHEDULER_OFFCPU = Family(
-    "rezolus_scheduler_offcpu", "scheduler_runqueue",
+    "rezolus_scheduler_offcpu", __name__,
     "How long tasks were off-CPU between two runs (switch-out to the next switch-in,"
     " run-queue wait included; BPF on sched_switch).",
     (),
@@ -53,7 +53,7 @@ SCHEDULER_OFFCPU = Family(
 )
 
 SCHEDULER_SWITCHES = Family(
-    "rezolus_scheduler_switches", "scheduler_runqueue",
+    "rezolus_scheduler_switches", __name__,
     "Context switches per CPU by kind, counted by BPF on sched_switch while a consumer is"
     " attached (totals since the agent loaded the programs).",
     (CPU,),

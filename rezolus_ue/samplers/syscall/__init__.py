@@ -40,7 +40,7 @@ SYSCALL_OP = Label("op", char_array(16), "syscall family: read, write, poll, loc
                    " event or other")
 
 SYSCALL = Family(
-    "rezolus_syscall", "syscall",
+    "rezolus_syscall", __name__,
     "Syscalls by family, counted by BPF on raw_syscalls:sys_enter while a consumer is"
     " attached (totals since the agent loaded the programs; every family, every interval).",
     (SYSCALL_OP,),
@@ -48,7 +48,7 @@ SYSCALL = Family(
 )
 
 SYSCALL_LATENCY = Family(
-    "rezolus_syscall_latency", "syscall",
+    "rezolus_syscall_latency", __name__,
     "Syscall latency by family: from a thread's raw_syscalls:sys_enter to its sys_exit"
     " (BPF), of every call or, with option latency_sample = N, of a random 1 in N."
     " Only families with calls returning in the interval have a record.",

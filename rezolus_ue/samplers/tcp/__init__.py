@@ -30,7 +30,7 @@ from ...metrics.family import Family, counter, histogram
 from ...metrics.labels import ATTACHED
 
 TCP_PACKET_LATENCY = Family(
-    "rezolus_tcp_packet_latency", "tcp",
+    "rezolus_tcp_packet_latency", __name__,
     "TCP packet latency: from a data segment's arrival (tcp:tcp_probe) until the"
     " application read from the socket (tcp:tcp_rcv_space_adjust); the oldest unread"
     " segment per socket is timed (BPF).",
@@ -39,7 +39,7 @@ TCP_PACKET_LATENCY = Family(
 )
 
 TCP_SRTT = Family(
-    "rezolus_tcp_srtt", "tcp",
+    "rezolus_tcp_srtt", __name__,
     "TCP smoothed round-trip time, sampled from the socket on every received segment of an"
     " established connection (BPF on tcp:tcp_probe).",
     (),
@@ -47,7 +47,7 @@ TCP_SRTT = Family(
 )
 
 TCP_JITTER = Family(
-    "rezolus_tcp_jitter", "tcp",
+    "rezolus_tcp_jitter", __name__,
     "TCP RTT jitter: the socket's RTT mean deviation, sampled on every received segment of"
     " an established connection (BPF on tcp:tcp_probe).",
     (),
@@ -55,7 +55,7 @@ TCP_JITTER = Family(
 )
 
 TCP_CONNECT_LATENCY = Family(
-    "rezolus_tcp_connect_latency", "tcp",
+    "rezolus_tcp_connect_latency", __name__,
     "TCP connect latency of active opens: SYN_SENT until ESTABLISHED (BPF on"
     " sock:inet_sock_set_state, keyed by socket).",
     (),
@@ -63,7 +63,7 @@ TCP_CONNECT_LATENCY = Family(
 )
 
 TCP_RETRANSMIT = Family(
-    "rezolus_tcp_retransmit", "tcp",
+    "rezolus_tcp_retransmit", __name__,
     "TCP retransmissions, counted by BPF on tcp:tcp_retransmit_skb while a consumer is"
     " attached (totals since the agent loaded the programs).",
     (),

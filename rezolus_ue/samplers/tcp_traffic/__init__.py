@@ -24,7 +24,7 @@ from __future__ import annotations
 from ...metrics.family import Family, counter
 
 TCP_TRAFFIC = Family(
-    "rezolus_tcp_traffic", "tcp_traffic",
+    "rezolus_tcp_traffic", __name__,
     "TCP payload by direction as applications see it, counted by BPF on the kernel"
     " functions tcp_sendmsg (return) and tcp_cleanup_rbuf (fentry/fexit, else kprobes)"
     " while a consumer is attached (totals since the agent loaded the programs).",
