@@ -27,7 +27,8 @@ AGENT = Family(
         gauge("rss_bytes", "bytes", "agent resident set size", dist=False),
         gauge("fds", "fds", "open file descriptors", dist=False),
         gauge("threads", "threads", "threads", dist=False),
-        counter("events_written", "records", "records written to user_events", dist=False),
+        counter("events_written", "records", "records written (to user_events, or handed"
+                " to the uprobe stub)", dist=False),
         counter("ebadf_races", "records", "writes dropped because a consumer left between"
                 " the enable check and the write (EBADF, benign)", dist=False),
         counter("write_errors", "records", "writes that failed for another reason",
