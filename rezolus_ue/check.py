@@ -113,7 +113,8 @@ def _probe_transports(root: Path | None, setting: str) -> list[Result]:
         except RezolusError as e:
             head = Result("transport", "fail", str(e), required=True)
         else:
-            group = "user_events" if chosen == "user_events" else "rezolus_ue"
+            from .schema import GROUPS
+            group = GROUPS[chosen]
             head = Result("transport", "pass", f"{chosen} ({why}; transport = \"{setting}\"):"
                           f" tracepoints {group}:rezolus_*", required=True)
     else:

@@ -17,10 +17,7 @@ from .agent import RUNTIME_DIR, read_status
 from .errors import RezolusError
 from .samplers import REGISTRY
 from .samplers.bpf_sampler import BpfSampler
-from .schema import EVENTS, EventSchema
-
-#: The tracepoint group of each transport (publisher.GROUPS, without importing it).
-GROUPS = {"user_events": "user_events", "uprobe": "rezolus_ue"}
+from .schema import EVENTS, GROUPS, EventSchema
 
 #: Why a sampler that is not a BPF sampler is in each status (when it gave no reason).
 _WHY = {"idle": "no consumer: not sampling", "active": "a consumer is listening: sampling"}

@@ -38,12 +38,10 @@ from .linux.user_events import (
     UserEventsData,
     missing_user_events_hint,
 )
-from .schema import EVENTS, EventSchema
+from .schema import EVENTS, GROUPS, EventSchema
 
 log = logging.getLogger("rezolus_ue")
 
-#: The tracepoint group of each transport.
-GROUPS = {"user_events": "user_events", "uprobe": "rezolus_ue"}
 UPROBE_GROUP = GROUPS["uprobe"]
 
 
@@ -286,11 +284,23 @@ class UprobePublisher:
                                    f" file: `rezolus-ue cleanup` removes ours;"
                                    f" check {self._events.path} for the rest") from None
             except TracefsError as e:
-                raise RezolusError(str(e)) from None
+                raise RezolusError(f"{e}{self._clash(d)}") from None
         else:
             log.info("%s:%s: a consumer kept it enabled; using it again", self.group, s.name)
         return UprobeHandle(s.name, self.stub.counter(slot), self.stub.function(slot),
                             layout.record, self._stats, d)
+
+    def _clash(self, d: UprobeDefinition) -> str:
+        """Return why the kernel may have refused ``d``: another event probing the same
+        address with another reference counter (the kernel allows one per address)."""
+        try:
+            others = [o for o in self._events.list() if o.path == d.path
+                      and o.offset == d.offset and o.ref_ctr_offset != d.ref_ctr_offset]
+        except TracefsError:
+            return ""
+        return "".join(f"; {o.group}:{o.event} probes the same address of {d.path} with"
+                       " another reference counter (delete it, or let it be)"
+                       for o in others[:1])
 
     def unregister(self, names: Iterable[str]) -> None:
         """Delete the named events' definitions (kept while a consumer holds one)."""

@@ -29,6 +29,10 @@ from .encoding import (  # noqa: F401 - re-exported: the encoding vocabulary
 )
 from .metrics import catalog
 
+#: The tracepoint group of each transport (``[agent] transport``): the same events,
+#: ``user_events:<name>`` or ``rezolus_ue:<name>``.
+GROUPS: dict[str, str] = {"user_events": "user_events", "uprobe": "rezolus_ue"}
+
 #: Every event, in documentation order.
 EVENTS: tuple[EventSchema, ...] = tuple(s for f in catalog.FAMILIES for s in f.schemas)
 

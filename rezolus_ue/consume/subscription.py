@@ -32,12 +32,13 @@ from ..errors import ConfigError, KernelFeatureMissing, PermissionDenied, Rezolu
 from ..linux.perf_ring import TracepointRings
 from ..metrics.h2 import sparse_from_text
 from ..schema import EVENTS
+from ..schema import GROUPS as TRANSPORT_GROUPS
 from .records import Record
 
 log = logging.getLogger("rezolus_ue")
-#: The groups of the two transports (publisher.GROUPS), user_events first.
-GROUPS = ("user_events", "rezolus_ue")
-UPROBE_GROUP = GROUPS[1]
+#: Where our events may be: both transports' groups, user_events first.
+GROUPS = tuple(TRANSPORT_GROUPS.values())
+UPROBE_GROUP = TRANSPORT_GROUPS["uprobe"]
 #: How often to look for newly registered events.
 RESCAN_S = 2.0
 #: Data pages of each CPU's ring (4 KiB each): perf record's default, 512 KiB, which

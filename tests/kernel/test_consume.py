@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -72,22 +73,45 @@ def test_subscribe_live_keeps_fields_and_metadata_apart(ue):
     where the record was written; closing the iterator releases the event."""
     reg = _register(ue)
     writer: list[int] = []
+    done = threading.Event()
 
     def write() -> None:
+        # Written until the reader has its 20: the enable bit is set when subscribe()
+        # opened its first CPU's perf event, and a record written on a CPU whose event
+        # is not open yet reaches no ring (a subscription sees what comes after it).
+        # One CPU, the first the subscription opens (rings are opened in CPU order):
+        # from its first record on, every one has a ring to reach.
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
         wait_for(lambda: reg.enabled, timeout=120, what="subscribe() to enable the event")
         writer.append(threading.get_native_id())
-        for i in range(20):
-            reg.write(_row(1000 + i))
+        i = 1000
+        while not done.is_set() and reg.enabled:
+            reg.write(_row(i))
+            i += 1
+            done.wait(0.01)
 
     t = threading.Thread(target=write)
     t.start()
     it = rezolus_ue.subscribe(CPU.name, wait=False)
+
+    def timed_out(_sig: int, _frame: object) -> None:
+        raise TimeoutError(f"subscribe() yielded {len(got)} of 20 records in 300 s")
+
+    got: list = []
+    # next() has no deadline of its own: a lost record must fail the test, not hang it.
+    old = signal.signal(signal.SIGALRM, timed_out)
+    signal.alarm(300)
     try:
-        got = [next(it) for _ in range(20)]
+        for _ in range(20):
+            got.append(next(it))
     finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        done.set()
         it.close()
         t.join()
-    assert [r["cpu"] for r in got] == list(range(1000, 1020))
+    first = int(got[0]["cpu"])  # type: ignore[call-overload]
+    assert [r["cpu"] for r in got] == list(range(first, first + 20))  # none lost once in
     assert all(r.meta.pid == writer[0] and 0 <= r.meta.cpu < os.cpu_count() for r in got)
     assert got == sorted(got, key=lambda r: r.meta.time_ns)
     assert not reg.enabled

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from kernel.conftest import wait_for
 
-from rezolus_ue.linux.uprobe_stub import stub_path
+from rezolus_ue.linux.uprobe_stub import Stub, stub_path
 from rezolus_ue.schema import AGENT, CPU_USAGE, by_name
 from tracefs_tools import TracefsError, UprobeDefinition, UprobeEvents
 
@@ -153,9 +153,12 @@ def test_kill9_leaves_definitions_the_next_start_and_cleanup_remove(tfs, tmp_pat
     # group on our stub. Neither is ours to delete.
     other_file = Path(tempfile.mkdtemp()) / "other.so"
     shutil.copyfile(stub_path(), other_file)
+    # The second probes the padding after the last slot's `ret`: an address of our stub
+    # that is no slot's (the kernel allows one reference counter per probed address).
+    stub = Stub()
     others = [UprobeDefinition(GROUP, "someone_elses", str(other_file), 0x1000),
-              UprobeDefinition("not_rezolus", "on_our_stub", str(stub_path().resolve()),
-                               0x1000)]
+              UprobeDefinition("not_rezolus", "on_our_stub", str(stub.path),
+                               stub.function_offset(stub.slots - 1) + 8)]
     with UprobeEvents(tfs.root) as ev:
         for d in others:
             ev.define(d)
@@ -166,7 +169,7 @@ def test_kill9_leaves_definitions_the_next_start_and_cleanup_remove(tfs, tmp_pat
             mine = owned(tfs)
             assert a.stop(signal.SIGKILL) == -signal.SIGKILL
         finally:
-            a.log.close()
+            a.close()  # still running if a wait failed: stop it
         assert sorted(owned(tfs)) == sorted(mine), "kill -9 left nothing to clean?"
         dry = _run(str(CLI), "cleanup", "--dry-run")
         assert dry.returncode == 0 and f"would delete {len(mine)} " in dry.stderr, dry.stderr
@@ -179,7 +182,7 @@ def test_kill9_leaves_definitions_the_next_start_and_cleanup_remove(tfs, tmp_pat
                 b.output()
             assert b.stop(signal.SIGKILL) == -signal.SIGKILL
         finally:
-            b.log.close()
+            b.close()
         clean = _run(str(CLI), "cleanup")
         assert clean.returncode == 0, clean.stderr
         assert f"deleted {len(mine)} {GROUP} event(s)" in clean.stderr, clean.stderr
@@ -200,6 +203,7 @@ def test_a_restart_under_perf_reuses_the_events_perf_holds(tfs, tmp_path):
     conf = shipped_config(tmp_path)
     a = Agent("run", "--config", str(conf), "--interval", "200ms")
     data = tmp_path / "perf.data"
+    perf = None
     try:
         a.wait_defined(tfs)
         perf = subprocess.Popen(["perf", "record", "-q", "-e", f"{GROUP}:{CPU_USAGE.name}",
@@ -220,9 +224,12 @@ def test_a_restart_under_perf_reuses_the_events_perf_holds(tfs, tmp_path):
             perf.wait(timeout=60)
             assert b.stop() == 0
         finally:
-            b.log.close()
+            b.close()
     finally:
-        a.log.close()
+        if perf is not None and perf.poll() is None:
+            os.killpg(perf.pid, signal.SIGINT)
+            perf.wait(timeout=60)
+        a.close()
     script = _run("perf", "script", "-i", str(data))
     pids = {int(ln.split()[1]) for ln in _lines(script.stdout, CPU_USAGE.name)}
     assert pid in pids, f"no records from the restarted agent {pid}; pids {pids}"
@@ -234,7 +241,6 @@ def test_the_stub_must_be_roots_alone():
     """A stub anyone but root can change is refused: the file, its directory, or any
     directory above (a sticky /tmp included); the installed one is accepted."""
     from rezolus_ue.errors import PermissionDenied
-    from rezolus_ue.linux.uprobe_stub import Stub
 
     Stub()  # the installed stub
     in_tmp = Path(tempfile.mkdtemp())
@@ -302,3 +308,26 @@ def test_demand_driven_on_the_uprobe_transport(tfs, agent, tmp_path):
              and state("scheduler_runqueue")[1].startswith("detached"), timeout=120,
              what="scheduler_runqueue idle and detached after perf left",
              seen=lambda: state("scheduler_runqueue"))
+
+
+def test_another_probe_on_a_slot_is_named_in_the_sampler_status(tfs, tmp_path):
+    """The kernel allows one reference counter per probed address: when another tool
+    probes a slot of our stub without one, the sampler of that slot's event says who."""
+    from rezolus_ue.agent import read_status
+
+    stub = Stub()
+    foreign = UprobeDefinition("not_rezolus", "on_slot0", str(stub.path),
+                               stub.function_offset(0))  # slot 0: rezolus_cpu_usage
+    with UprobeEvents(tfs.root) as ev:
+        ev.define(foreign)
+    a = Agent("run", "--config", str(shipped_config(tmp_path)))
+    try:
+        a.wait_defined(tfs, AGENT.name)
+        st = wait_for(lambda: (read_status() or {}).get("samplers", {}).get("cpu_usage"),
+                      timeout=60, what="the agent's status")
+        assert st["status"] == "unavailable", st
+        assert "not_rezolus:on_slot0 probes the same address" in st["reason"], st
+    finally:
+        a.close()
+        with UprobeEvents(tfs.root) as ev:
+            ev.delete(foreign.group, foreign.event)
