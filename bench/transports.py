@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+from collect import cpu_seconds  # noqa: E402  (bench/ is sys.path[0] when run)
 
 from rezolus_ue.metrics import h2  # noqa: E402
 from rezolus_ue.metrics.family import histogram_records  # noqa: E402
@@ -166,15 +167,9 @@ def agent_cpu(tfs: Tracefs, transport: str, seconds: float) -> float | str:
                 return f"the agent did not settle on {transport}"
             time.sleep(0.5)
         time.sleep(2.0)
-        tick = os.sysconf("SC_CLK_TCK")
-
-        def cpu_s() -> float:
-            f = Path(f"/proc/{agent.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(f[11]) + int(f[12])) / tick
-
-        c0, t0 = cpu_s(), time.monotonic()
+        c0, t0 = cpu_seconds(agent.pid), time.monotonic()
         time.sleep(seconds)
-        c1, t1 = cpu_s(), time.monotonic()
+        c1, t1 = cpu_seconds(agent.pid), time.monotonic()
         return 100 * (c1 - c0) / (t1 - t0)
     finally:
         if perf is not None:

@@ -40,32 +40,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--vm-report", default="", help="(internal) write per-test outcomes here")
 
 
-def _host_user_events() -> tuple[bool, str]:
+def _host_has(tier: str, name: str, lacks: str) -> tuple[bool, str]:
+    """Return (True, "") if this process is root and tracefs has file ``name``, else
+    (False, why ``tier`` tests cannot run on this host)."""
     if os.geteuid() != 0:
-        return False, "kernel tests need root"
+        return False, f"{tier} tests need root"
     try:
         from tracefs_tools import find_tracefs
 
         root = find_tracefs(mount=True)
     except Exception as e:
         return False, f"no tracefs: {e}"
-    if not (root / "user_events_data").exists():
-        return False, "this kernel has no user_events"
+    if not (root / name).exists():
+        return False, f"this kernel has no {lacks}"
     return True, ""
+
+
+def _host_user_events() -> tuple[bool, str]:
+    return _host_has("kernel", "user_events_data", "user_events")
 
 
 def _host_uprobes() -> tuple[bool, str]:
-    if os.geteuid() != 0:
-        return False, "uprobe tests need root"
-    try:
-        from tracefs_tools import find_tracefs
-
-        root = find_tracefs(mount=True)
-    except Exception as e:
-        return False, f"no tracefs: {e}"
-    if not (root / "uprobe_events").exists():
-        return False, "this kernel has no uprobe events (CONFIG_UPROBE_EVENTS)"
-    return True, ""
+    return _host_has("uprobe", "uprobe_events", "uprobe events (CONFIG_UPROBE_EVENTS)")
 
 
 def _kernel_mode() -> tuple[str, str]:
