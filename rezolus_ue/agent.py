@@ -441,7 +441,6 @@ class Agent:
         doc = {
             "pid": os.getpid(),
             "transport": self.publisher.transport if self.publisher else None,
-            "group": self.publisher.group if self.publisher else None,
             "samplers": {name: {"status": state, "reason": reason, "errors": errors,
                                 "last_error": last_error}
                          for name, state, reason, errors, last_error in key},

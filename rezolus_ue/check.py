@@ -18,12 +18,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracefs_tools import Tracefs, TracefsError, find_tracefs
+from tracefs_tools import Tracefs, TracefsError, UprobeEvents, find_tracefs
 
 from .bpf.loader import release_probes
 from .config import Config
 from .errors import KernelFeatureMissing, RezolusError, SamplerUnavailable
 from .linux.user_events import missing_user_events_hint
+from .schema import GROUPS
 
 if TYPE_CHECKING:
     from .samplers.base import Sampler
@@ -89,11 +90,9 @@ def _probe_uprobe_events(root: Path | None, required: bool) -> Result:
         return Result("uprobe_events", "fail", f"{path} is missing: the kernel needs"
                       " CONFIG_UPROBE_EVENTS=y", required=required)
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC))
-    except OSError as e:
-        return Result("uprobe_events", "fail", f"cannot open {path} for writing:"
-                      f" {e.strerror}; the uprobe transport needs root at start",
-                      required=required)
+        UprobeEvents(root).close()  # what `run` opens at start and keeps
+    except TracefsError as e:
+        return Result("uprobe_events", "fail", str(e), required=required)
     try:
         stub = Stub()
     except RezolusError as e:
@@ -113,7 +112,6 @@ def _probe_transports(root: Path | None, setting: str) -> list[Result]:
         except RezolusError as e:
             head = Result("transport", "fail", str(e), required=True)
         else:
-            from .schema import GROUPS
             group = GROUPS[chosen]
             head = Result("transport", "pass", f"{chosen} ({why}; transport = \"{setting}\"):"
                           f" tracepoints {group}:rezolus_*", required=True)

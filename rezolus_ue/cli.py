@@ -286,8 +286,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             drop_after_start(user=args.user)
         log.info("publishing %d events via %s: %s", len(names), agent.tracefs, ", ".join(names))
         group = agent.publisher.group if agent.publisher else "user_events"
-        log.info(f"watch with: perf record -e '{group}:rezolus_*' -a -- sleep 10;"
-                 " perf script")
+        log.info("watch with: perf record -e '%s:rezolus_*' -a -- sleep 10; perf script",
+                 group)
         agent.run(rfd, lambda: bool(stop))
     finally:
         agent.close()

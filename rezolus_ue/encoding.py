@@ -20,8 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-_LE = sys.byteorder == "little"
-
 #: Largest payload we write. ftrace and perf silently drop records that do not fit one
 #: 4 KiB ring-buffer page (page header, event header and the 8-byte common fields come off
 #: the top), so stay well below: a sampler splits its records instead.
@@ -222,11 +220,11 @@ def _uprobe_layout(schema: EventSchema) -> UprobeLayout:
             buf = bytearray(size)
             buf[:fixed] = payload[:fixed]
             for end, at, cap, to_text in dyn:
-                loc = int.from_bytes(payload[end - 4:end], "little" if _LE else "big")
+                loc = int.from_bytes(payload[end - 4:end], sys.byteorder)
                 start = end + (loc & 0xFFFF)
                 data = payload[start:start + (loc >> 16)]
-                data = data.rstrip(b"\0") if to_text is None else to_text(data)
-                buf[at:at + min(len(data), cap - 1)] = data[:cap - 1]
+                data = (data.rstrip(b"\0") if to_text is None else to_text(data))[:cap - 1]
+                buf[at:at + len(data)] = data
             for j in chars:
                 buf[j] = 0
             return bytes(buf)

@@ -25,6 +25,7 @@ from tracefs_tools import (
     ProbeExists,
     Tracefs,
     TracefsError,
+    TracefsPermissionError,
     UprobeDefinition,
     UprobeEvents,
 )
@@ -81,8 +82,10 @@ def choose_transport(tracefs: str | Path, setting: str = "auto") -> tuple[str, s
     try:
         tfs = Tracefs(root)
         has_ue, has_up = tfs.has_user_events, tfs.has_uprobe_events
-    except TracefsError as e:
+    except TracefsPermissionError as e:
         raise PermissionDenied(str(e)) from None
+    except TracefsError as e:
+        raise RezolusError(str(e)) from None
     if setting == "user_events" or (setting == "auto" and has_ue):
         if not has_ue:
             raise KernelFeatureMissing("user_events", missing_user_events_hint(root))
@@ -157,17 +160,16 @@ class UserEventsPublisher:
 class UprobeHandle:
     """One event on the uprobe transport: its slot's counter and function."""
 
-    __slots__ = ("_emit", "_record", "_stats", "definition", "name", "word")
+    __slots__ = ("_emit", "_record", "_stats", "name", "word")
 
     def __init__(self, name: str, word: ctypes.c_uint16, emit: ctypes._CFuncPtr,
-                 record, stats: Stats, definition: UprobeDefinition) -> None:  # type: ignore[no-untyped-def]
+                 record, stats: Stats) -> None:  # type: ignore[no-untyped-def]
         self.name = name
         #: The slot's reference counter; hot loops test ``word.value``.
         self.word = word
         self._emit = emit
         self._record = record
         self._stats = stats
-        self.definition = definition
 
     @property
     def enabled(self) -> bool:
@@ -189,15 +191,12 @@ def owned_uprobes(events: UprobeEvents, stub_path: Path) -> list[UprobeDefinitio
             if d.group == UPROBE_GROUP and Path(d.path) == stub_path]
 
 
-def remove_owned(events: UprobeEvents, stub_path: Path,
-                 keep: Iterable[str] = ()) -> tuple[list[str], list[UprobeDefinition]]:
-    """Delete our group's events on ``stub_path`` except ``keep``; return (the names
-    deleted, the definitions a consumer still holds, which the kernel keeps)."""
-    kept = set(keep)
+def remove_owned(events: UprobeEvents,
+                 stub_path: Path) -> tuple[list[str], list[UprobeDefinition]]:
+    """Delete our group's events on ``stub_path``; return (the names deleted, the
+    definitions a consumer still holds, which the kernel keeps)."""
     deleted, busy = [], []
     for d in owned_uprobes(events, stub_path):
-        if d.event in kept:
-            continue
         try:
             events.delete(d.group, d.event)
             deleted.append(d.event)
@@ -225,9 +224,10 @@ class UprobePublisher:
         self.stub = stub or Stub()
         try:
             self._events = UprobeEvents(tracefs)
+        except TracefsPermissionError as e:
+            raise PermissionDenied(str(e)) from None
         except TracefsError as e:
-            raise (PermissionDenied(str(e)) if "needs root" in str(e)
-                   else KernelFeatureMissing("uprobe events", str(e))) from None
+            raise KernelFeatureMissing("uprobe events", str(e)) from None
         self.handles: dict[str, EventHandle] = {}
         self._stats = Stats()
         self._slots = {e.name: i for i, e in enumerate(EVENTS)}
@@ -288,7 +288,7 @@ class UprobePublisher:
         else:
             log.info("%s:%s: a consumer kept it enabled; using it again", self.group, s.name)
         return UprobeHandle(s.name, self.stub.counter(slot), self.stub.function(slot),
-                            layout.record, self._stats, d)
+                            layout.record, self._stats)
 
     def _clash(self, d: UprobeDefinition) -> str:
         """Return why the kernel may have refused ``d``: another event probing the same
@@ -323,14 +323,5 @@ class UprobePublisher:
             self._delete(name)
         self.handles.clear()
         self._events.close()
-
-
-def uprobe_stub_available() -> tuple[bool, str]:
-    """Return (usable, why not) for the installed stub, for `check`."""
-    try:
-        Stub()
-    except RezolusError as e:
-        return False, str(e)
-    return True, ""
 
 

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import EventNotFound, TracefsError
+from .errors import EventNotFound, TracefsError, TracefsPermissionError
 from .rawio import write_once
 
 __all__ = ["ProbeBusy", "ProbeExists", "UprobeDefinition", "UprobeEvents", "parse_uprobe_events"]
@@ -79,8 +79,8 @@ class UprobeEvents:
             raise TracefsError(f"{self.path} does not exist: this kernel lacks uprobe events"
                                " (CONFIG_UPROBE_EVENTS)") from None
         except PermissionError as e:
-            raise TracefsError(f"{self.path}: {e.strerror}; defining uprobe events needs"
-                               " root (or write access to that file)") from None
+            raise TracefsPermissionError(f"{self.path}: {e.strerror}; defining uprobe events"
+                                         " needs root (or write access to that file)") from None
 
     def list(self) -> list[UprobeDefinition]:
         """Return every uprobe event defined now (anyone's)."""

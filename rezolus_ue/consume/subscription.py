@@ -167,7 +167,7 @@ class Subscription:
         ``settle_ms``: once the first arrived, wait this long more before reading, so a
         publish's burst comes back in one batch instead of a wakeup per record.
         """
-        if time.monotonic() >= self._next_scan and len(self._subs) < 2 * len(self.wanted):
+        if time.monotonic() >= self._next_scan and len(self.events) < len(self.wanted):
             self._scan()
         if not self._subs:
             time.sleep(timeout_ms / 1000)

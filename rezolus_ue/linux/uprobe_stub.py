@@ -86,13 +86,12 @@ def _mapping_offset(addr: int) -> tuple[int, str]:
 class Stub:
     """The loaded stub: its slots' functions, counters and file offsets."""
 
-    def __init__(self, path: Path | None = None, *, check: bool = True) -> None:
+    def __init__(self, path: Path | None = None) -> None:
         self.path = (path or stub_path()).resolve()
         if not self.path.exists():
             raise KernelFeatureMissing("the uprobe stub", f"{self.path} is missing: install"
                                        f" it with `{INSTALL_COMMAND}`")
-        if check:
-            check_root_only(self.path)
+        check_root_only(self.path)
         try:
             self._lib = ctypes.CDLL(str(self.path))
             self.slots = ctypes.c_uint.in_dll(self._lib, "rezolus_ue_slots").value
