@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 from collect import cpu_seconds  # noqa: E402  (bench/ is sys.path[0] when run)
+from publish import per_op_ns  # noqa: E402
 
 from rezolus_ue.metrics import h2  # noqa: E402
 from rezolus_ue.metrics.family import histogram_records  # noqa: E402
@@ -46,17 +47,6 @@ CLI = Path(sys.executable).parent / "rezolus-ue"
 #: Bench copies of two events, so a running agent's definitions are not disturbed.
 SCALAR = replace(CPU_USAGE, name="rezolus_bench_scalar")
 HIST = replace(by_name()["rezolus_scheduler_runqueue_latency"], name="rezolus_bench_hist")
-
-
-def per_op_ns(fns: dict, n: int, repeat: int = 7) -> dict[str, float]:  # type: ignore[type-arg]
-    """Return the median ns per operation of each ``fn(n)``, taking turns each repeat."""
-    runs: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeat):
-        for k, fn in fns.items():
-            t0 = time.perf_counter_ns()
-            fn(n)
-            runs[k].append((time.perf_counter_ns() - t0) / n)
-    return {k: statistics.median(v) for k, v in runs.items()}
 
 
 def available(tfs: Tracefs) -> list[str]:

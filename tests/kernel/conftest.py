@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import time
@@ -36,13 +37,23 @@ def event_name() -> str:
     return f"rezolus_t{os.getpid()}_{next(_seq)}"
 
 
+@contextlib.contextmanager
+def private_instance(tfs: Tracefs) -> Iterator[str]:
+    """Yield the name of a new ftrace instance, removed after: tests never touch the
+    global buffer."""
+    name = f"rezolus_test_{os.getpid()}_{next(_seq)}"
+    tfs.create_instance(name)
+    try:
+        yield name
+    finally:
+        tfs.remove_instance(name)
+
+
 @pytest.fixture
 def instance(tracefs: Tracefs) -> Iterator[str]:
-    """Return a private ftrace instance: tests never touch the global buffer."""
-    name = f"rezolus_test_{os.getpid()}_{next(_seq)}"
-    tracefs.create_instance(name)
-    yield name
-    tracefs.remove_instance(name)
+    """Return a private ftrace instance (user_events kernels)."""
+    with private_instance(tracefs) as name:
+        yield name
 
 
 def wait_for(cond: Callable[[], object], timeout: float = 10.0, step: float = 0.02, *,

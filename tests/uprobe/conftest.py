@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kernel.conftest import wait_for
+from kernel.conftest import private_instance, wait_for
 
 from rezolus_ue.linux.uprobe_stub import stub_path
 from tracefs_tools import Tracefs, UprobeEvents, find_tracefs
@@ -100,6 +100,13 @@ def agent(tfs: Tracefs, tmp_path: Path) -> Iterator[Agent]:
         yield a
     finally:
         a.close()
+
+
+@pytest.fixture
+def instance(tfs: Tracefs) -> Iterator[str]:
+    """Return a private ftrace instance (any kernel with tracefs)."""
+    with private_instance(tfs) as name:
+        yield name
 
 
 def field(line: str, name: str) -> str:

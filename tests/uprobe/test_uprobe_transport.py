@@ -53,20 +53,16 @@ def test_every_event_is_defined_with_its_schema_fields_and_removed_on_stop(tfs, 
     assert not tfs.events(GROUP) or not set(tfs.events(GROUP)) & set(schemas)
 
 
-def test_idle_until_a_consumer_then_perf_script_names_every_field(tfs, agent, tmp_path):
+def test_idle_until_a_consumer_then_perf_script_names_every_field(tfs, agent, instance,
+                                                                  tmp_path):
     """Nothing is written while nobody listens; perf record of every event then gets
     records of every one the agent defined, each field by name (buckets as text)."""
-    inst = f"rezolus_up_{tmp_path.name[-8:]}"
-    tfs.create_instance(inst)
-    try:
-        tfs.enable(GROUP, AGENT.name, instance=inst)
-        first = wait_for(lambda: _lines(tfs.read_trace(inst), AGENT.name), timeout=60,
-                         what="a rezolus_agent record in ftrace")
-        # The agent's own record is the first thing it wrote: nothing before it.
-        assert int(field(first[0], "events_written")) == 0, first[0]
-        tfs.disable(GROUP, AGENT.name, instance=inst)
-    finally:
-        tfs.remove_instance(inst)
+    tfs.enable(GROUP, AGENT.name, instance=instance)
+    first = wait_for(lambda: _lines(tfs.read_trace(instance), AGENT.name), timeout=60,
+                     what="a rezolus_agent record in ftrace")
+    # The agent's own record is the first thing it wrote: nothing before it.
+    assert int(field(first[0], "events_written")) == 0, first[0]
+    tfs.disable(GROUP, AGENT.name, instance=instance)
     data = tmp_path / "perf.data"
     rec = _run("perf", "record", "-q", "-e", f"{GROUP}:rezolus_*", "-a", "-o", str(data),
                "--", "sleep", "4")
@@ -97,21 +93,17 @@ def test_idle_until_a_consumer_then_perf_script_names_every_field(tfs, agent, tm
     assert field(last, "sampler_errors") == "0" and field(last, "write_errors") == "0"
 
 
-def test_ftrace_shows_named_fields_and_perf_cannot_share_it(tfs, agent, tmp_path):
-    inst = f"rezolus_up_{tmp_path.name[-8:]}"
-    tfs.create_instance(inst)
-    try:
-        tfs.enable(GROUP, CPU_USAGE.name, instance=inst)
-        lines = wait_for(lambda: _lines(tfs.read_trace(inst), CPU_USAGE.name), timeout=60,
-                         what="cpu_usage records in ftrace")
-        assert all(f"{f.name}=" in lines[0] for f in CPU_USAGE.fields), lines[0]
-        # perf cannot take an event ftrace has enabled: a clear error, not a hang.
-        perf = _run("perf", "record", "-q", "-e", f"{GROUP}:{CPU_USAGE.name}", "-a", "-o",
-                    str(tmp_path / "p.data"), "--", "sleep", "1")
-        assert perf.returncode != 0, "perf and ftrace at once on a uprobe event"
-        tfs.disable(GROUP, CPU_USAGE.name, instance=inst)
-    finally:
-        tfs.remove_instance(inst)
+def test_ftrace_shows_named_fields_and_perf_cannot_share_it(tfs, agent, instance,
+                                                             tmp_path):
+    tfs.enable(GROUP, CPU_USAGE.name, instance=instance)
+    lines = wait_for(lambda: _lines(tfs.read_trace(instance), CPU_USAGE.name), timeout=60,
+                     what="cpu_usage records in ftrace")
+    assert all(f"{f.name}=" in lines[0] for f in CPU_USAGE.fields), lines[0]
+    # perf cannot take an event ftrace has enabled: a clear error, not a hang.
+    perf = _run("perf", "record", "-q", "-e", f"{GROUP}:{CPU_USAGE.name}", "-a", "-o",
+                str(tmp_path / "p.data"), "--", "sleep", "1")
+    assert perf.returncode != 0, "perf and ftrace at once on a uprobe event"
+    tfs.disable(GROUP, CPU_USAGE.name, instance=instance)
 
 
 def test_ftrace_enable_while_perf_holds_the_event_fails_at_once(tfs, agent, tmp_path):
