@@ -7,6 +7,7 @@ import itertools
 import os
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +83,18 @@ def wait_for(cond: Callable[[], object], timeout: float = 10.0, step: float = 0.
                                  f" {what or getattr(cond, '__name__', cond)}; last seen:"
                                  f" {text}")
         time.sleep(step)
+
+
+def threads_of(pid: int) -> list[str]:
+    """Return each thread of ``pid`` as "tid name state wchan": what a process that stopped
+    making progress is blocked in (for a timeout's report; D state = the kernel)."""
+    out = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        try:
+            name = (task / "comm").read_text().strip()
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            wchan = (task / "wchan").read_text().strip() or "-"
+        except OSError:
+            continue
+        out.append(f"{task.name} {name} {state} {wchan}")
+    return out

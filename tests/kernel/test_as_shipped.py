@@ -49,7 +49,7 @@ from rezolus_ue.samplers import REGISTRY
 from rezolus_ue.schema import AGENT, CPU_USAGE
 from tracefs_tools import Tracefs, find_tracefs
 
-from .conftest import wait_for
+from .conftest import threads_of, wait_for
 from .test_agent_e2e import UNIT, AgentProcess, proc_status
 from .test_blockio_requests import GOOD_OFFSET, null_blk
 
@@ -272,7 +272,7 @@ def shipped_agent(request, tmp_path) -> Iterator[tuple[str, AgentProcess, str]]:
             return "publishing " in a.output() and all(
                 tfs.event_exists(group, n) for n in (CPU_USAGE.name, AGENT.name))
         wait_for(started, timeout=600, step=0.2, what=f"the agent to start publishing its"
-                 f" {group} events", seen=a.output)
+                 f" {group} events", seen=lambda: (a.output(), threads_of(a.proc.pid)))
         yield how, a, group
     finally:
         a.stop()
