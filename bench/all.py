@@ -90,6 +90,12 @@ FIGURES = (
            r"ratio agent CPU uprobe / user_events\s+([\d.]+) x", "x", ""),
     Figure("bpf_hooks", "slowest BPF hook, per run (table: every hook)",
            r"slowest hook: \S+ \S+ ([\d.]+) ns/run", "ns", ""),
+    Figure("memory", "agent peak RSS (VmHWM), every BPF sampler activating",
+           r"peak RSS \(VmHWM\): ([\d.]+) MB", "MB", "<= 60 MB"),
+    Figure("memory", "agent steady RSS, every event enabled",
+           r"steady RSS \(every event enabled[^)]*\): ([\d.]+) MB", "MB", "<= 60 MB"),
+    Figure("memory_vm", "agent peak RSS (VmHWM), in the VM (user_events)",
+           r"peak RSS \(VmHWM\): ([\d.]+) MB", "MB", "<= 60 MB"),
     Figure("top", "top: one frame, 64 CPUs, 200x60 (ingest + render + draw)",
            r"\s+64\s+200x60\s+\d+\s+[\d.]+ms\s+[\d.]+ms\s+[\d.]+ms\s+([\d.]+)ms", "ms",
            "CPU share at 1 Hz = ms/10 %"),
@@ -106,6 +112,7 @@ def commands(quick: bool, vm: str | None) -> dict[str, list[str]]:
         "collect": [py, "bench/collect.py", "--seconds", "2" if quick else "20"],
         "overhead": [py, "bench/overhead.py", *(["--runs", "2", "--groups", "2", "--loops",
                                                   "20", "--seconds", "2"] if quick else [])],
+        "memory": [py, "bench/memory.py", *(["--quick"] if quick else [])],
         "top": [py, "bench/top.py", *(["--frames", "3"] if quick else [])],
         "bpf_hooks": [py, "bench/bpf_hooks.py", "--seconds", "3" if quick else "20"],
         "transports": [py, "bench/transports.py", *(["-n", "20000", "--seconds", "3",
@@ -113,6 +120,7 @@ def commands(quick: bool, vm: str | None) -> dict[str, list[str]]:
         # Last: its emulated CPU loads the machine long after it exits.
         **({"publish_vm": [py, "bench/publish.py", "-n", "20000" if quick else "200000",
                            "--vm", vm],
+            "memory_vm": [py, "bench/memory.py", "--vm", vm, *(["--quick"] if quick else [])],
             "transports_vm": [py, "bench/transports.py", "--vm", vm,
                               *(["-n", "20000", "--seconds", "5", "--rounds", "1"] if quick
                                 else ["--seconds", "30"])]} if vm else {}),

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shlex
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from vm import run_in_vm  # noqa: E402  (bench/ is sys.path[0] when run)
 
 from rezolus_ue.linux.user_events import WORDS, Registration, UserEventsData  # noqa: E402
 from rezolus_ue.schema import CPU_USAGE  # noqa: E402
@@ -164,16 +165,7 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=200_000, help="operations per timed run")
     args = ap.parse_args()
     if args.vm:
-        py = shlex.quote(sys.executable)
-        inner = f"cd {shlex.quote(str(ROOT))} && {py} bench/publish.py -n {args.n}"
-        cmd = ["vng", "--run", args.vm, "--disable-kvm", "--force-9p", "--user", "root",
-               "--cpus", "2", "--memory", "2G", "--rwdir", str(ROOT), "--exec", inner]
-        for attempt in (1, 2):  # a busy host sometimes fails a boot: once more
-            rc = subprocess.call(cmd)
-            if rc == 0:
-                return 0
-            print(f"vng exited {rc} (attempt {attempt})", file=sys.stderr, flush=True)
-        return rc
+        return run_in_vm(args.vm, "publish.py", ["-n", str(args.n)])
     print(f"# publish cost  ({platform.node()}, Linux {platform.release()},"
           f" Python {platform.python_version()}, n={args.n})")
     for k, v in bench_disabled(args.n).items():

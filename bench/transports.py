@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shlex
 import signal
 import statistics
 import subprocess
@@ -36,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 from collect import cpu_seconds  # noqa: E402  (bench/ is sys.path[0] when run)
 from publish import per_op_ns  # noqa: E402
+from vm import run_in_vm  # noqa: E402
 
 from rezolus_ue.metrics import h2  # noqa: E402
 from rezolus_ue.metrics.family import histogram_records  # noqa: E402
@@ -178,18 +178,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="agent CPU rounds per transport")
     args = ap.parse_args()
     if args.vm:
-        py = shlex.quote(sys.executable)
-        inner = (f"cd {shlex.quote(str(ROOT))} && PATH={shlex.quote(str(CLI.parent))}:$PATH"
-                 f" {py} bench/transports.py -n {args.n} --seconds {args.seconds}"
-                 f" --rounds {args.rounds}")
-        cmd = ["vng", "--run", args.vm, "--disable-kvm", "--force-9p", "--user", "root",
-               "--cpus", "2", "--memory", "2G", "--rwdir", str(ROOT), "--exec", inner]
-        for attempt in (1, 2):  # a dead guest (see tests/conftest.py): once more
-            rc = subprocess.call(cmd)
-            if rc == 0:
-                return 0
-            print(f"vng exited {rc} (attempt {attempt})", file=sys.stderr, flush=True)
-        return rc
+        return run_in_vm(args.vm, "transports.py", ["-n", str(args.n), "--seconds",
+                                                    str(args.seconds), "--rounds",
+                                                    str(args.rounds)])
     tfs = Tracefs(find_tracefs(mount=True))
     transports = available(tfs)
     print(f"# transports  ({platform.node()}, Linux {platform.release()},"

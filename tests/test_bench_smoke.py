@@ -6,6 +6,7 @@ import contextlib
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +16,8 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
 def load(name: str):  # type: ignore[no-untyped-def]
+    if str(BENCH) not in sys.path:  # run as scripts, the benchmarks import each other
+        sys.path.append(str(BENCH))
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -95,3 +98,16 @@ def test_all_extracts_figures_and_renders_the_table() -> None:
     assert "| publish | disabled check (enable-word read + branch) | 35.2 ns | <= 100 ns |" in text
     assert "Linux" in text and "## top (2 s)" in text
     assert "- load average before: 0.50 0.25 0.12" in text  # taken at the start, passed in
+
+
+@pytest.mark.host
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the agent (root)")
+def test_memory_runs_the_agent_through_its_phases() -> None:
+    """bench/memory.py starts the installed CLI, subscribes to every event, and prints the
+    figures bench/all.py extracts (root: the agent)."""
+    out = subprocess.run([sys.executable, str(BENCH / "memory.py"), "--quick"],
+                         capture_output=True, text=True, timeout=1200)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = {f.name: v for f, v in load("all").extract({"memory": out.stdout})
+            if f.bench == "memory"}
+    assert rows and all(v.endswith(" MB") for v in rows.values()), (rows, out.stdout)
