@@ -161,19 +161,44 @@ def extract(outputs: dict[str, str]) -> list[tuple[Figure, str]]:
 
 
 def render(outputs: dict[str, str], seconds: dict[str, float], argv: list[str],
-           load_before: tuple[float, float, float]) -> str:
-    """Return docs/PERFORMANCE.md."""
+           load_before: tuple[float, float, float],
+           kept: dict[str, tuple[str, str]] | None = None) -> str:
+    """Return docs/PERFORMANCE.md: ``outputs`` just measured, and ``kept`` (name: heading,
+    output) from the previous file for benchmarks this run did not repeat."""
+    kept = {k: v for k, v in (kept or {}).items() if k not in outputs}
     lines = ["# Performance", "",
              "<!-- Written by `bench/all.py`; rerun it rather than editing. -->", "",
-             f"Command: `{' '.join(['bench/all.py', *argv])}`", "", *machine(load_before), "",
-             "| benchmark | figure | measured | target |", "|---|---|---|---|"]
-    for f, value in extract(outputs):
+             f"Command: `{' '.join(['bench/all.py', *argv])}`", "", *machine(load_before), ""]
+    if kept:
+        lines += [f"Kept from an earlier run (not repeated by this command, each heading says"
+                  f" when): {', '.join(kept)}.", ""]
+    lines += ["| benchmark | figure | measured | target |", "|---|---|---|---|"]
+    every = {**{k: out for k, (_h, out) in kept.items()}, **outputs}
+    for f, value in extract(every):
         lines.append(f"| {f.bench} | {f.name} | {value} | {f.target} |")
     lines += ["", "One run on a shared, noisy machine: compare figures taken in the same run,"
               " and rerun before drawing conclusions.", ""]
-    for name, out in outputs.items():
-        lines += [f"## {name} ({seconds[name]:.0f} s)", "", "```", out.rstrip(), "```", ""]
+    today = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d}"
+    sections = {name: (f"{name} ({seconds[name]:.0f} s, {today})", out)
+                for name, out in outputs.items()}
+    for name in commands(False, "vm"):  # one order, whichever run wrote a section
+        heading, out = sections.get(name) or kept.get(name) or ("", "")
+        if heading:
+            lines += [f"## {heading}", "", "```", out.rstrip(), "```", ""]
     return "\n".join(lines)
+
+
+def sections(text: str) -> dict[str, tuple[str, str]]:
+    """Return each benchmark's (heading, output) from a PERFORMANCE.md ``render`` wrote."""
+    date = re.search(r"^- date: (\d{4}-\d\d-\d\d)", text, re.M)
+    out = {}
+    for m in re.finditer(r"^## ((\w+) \(([^)\n]*)\))\n\n```\n(.*?)\n```$", text,
+                         re.M | re.S):
+        heading = m.group(1)
+        if date and not re.search(r"\d{4}-\d\d-\d\d", m.group(3)):  # the file's date
+            heading = f"{m.group(2)} ({m.group(3)}, {date.group(1)})"
+        out[m.group(2)] = (heading, m.group(4))
+    return out
 
 
 def settle(below: float = 1.0, most_s: float = 120.0) -> float:
@@ -191,7 +216,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="short runs (figures are rough)")
     ap.add_argument("--vm", metavar="BZIMAGE", help="measure the enabled write in this VM")
     ap.add_argument("--only", action="append", metavar="BENCH",
-                    help="run only this benchmark (repeatable)")
+                    help="run only this benchmark (repeatable); the others' sections are"
+                    " kept from the existing file")
     ap.add_argument("--out", type=Path, default=OUT, help=f"where to write (default {OUT})")
     args = ap.parse_args()
     outputs: dict[str, str] = {}
@@ -208,7 +234,9 @@ def main() -> int:
         seconds[name] = time.monotonic() - t0
         outputs[name] = p.stdout + (f"\n[stderr]\n{p.stderr}" if p.returncode else "")
         print(p.stdout, flush=True)
-    text = render(outputs, seconds, sys.argv[1:], load_before)
+    # With --only, the other benchmarks' sections stay as the last full run wrote them.
+    kept = sections(args.out.read_text()) if args.only and args.out.exists() else {}
+    text = render(outputs, seconds, sys.argv[1:], load_before, kept)
     args.out.write_text(text)
     for f, value in extract(outputs):
         print(f"{f.name:70s} {value:>22s}   target {f.target}")

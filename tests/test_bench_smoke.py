@@ -96,7 +96,7 @@ def test_all_extracts_figures_and_renders_the_table() -> None:
     text = all_.render(outputs, {"publish": 1.0, "publish_vm": 9.0, "top": 2.0}, ["--quick"],
                        (0.5, 0.25, 0.125))
     assert "| publish | disabled check (enable-word read + branch) | 35.2 ns | <= 100 ns |" in text
-    assert "Linux" in text and "## top (2 s)" in text
+    assert "Linux" in text and "## top (2 s, " in text
     assert "- load average before: 0.50 0.25 0.12" in text  # taken at the start, passed in
 
 
@@ -111,3 +111,17 @@ def test_memory_runs_the_agent_through_its_phases() -> None:
     rows = {f.name: v for f, v in load("all").extract({"memory": out.stdout})
             if f.bench == "memory"}
     assert rows and all(v.endswith(" MB") for v in rows.values()), (rows, out.stdout)
+
+
+def test_all_only_keeps_the_other_benchmarks_sections() -> None:
+    """`bench/all.py --only X` rewrites X's section and keeps the others, dated."""
+    all_ = load("all")
+    first = all_.render({"publish": "a\nb", "top": "t"}, {"publish": 1.0, "top": 2.0}, [],
+                        (0.0, 0.0, 0.0))
+    kept = all_.sections(first)
+    assert kept["top"][1] == "t" and kept["publish"][1] == "a\nb"
+    second = all_.render({"publish": "new"}, {"publish": 3.0}, ["--only", "publish"],
+                         (0.0, 0.0, 0.0), kept)
+    again = all_.sections(second)
+    assert again["publish"][1] == "new" and again["top"] == kept["top"]
+    assert "Kept from an earlier run" in second and "top" in second.split("Kept", 1)[1]
