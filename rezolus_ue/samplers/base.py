@@ -320,11 +320,6 @@ class Sampler(ABC):
             if dist is not None:
                 self.emit(fam.dist_schema, dist.get(fam, ()))
 
-    def enabled(self, schema: EventSchema | None) -> bool:
-        """Return True while a consumer has ``schema``'s event enabled."""
-        h = self.handles.get(schema.name) if schema is not None else None
-        return h is not None and bool(h.word.value)
-
     def emit(self, schema: EventSchema | None, records: Iterable[Sequence[object]]) -> None:
         """Pack and write ``records`` to ``schema``'s event while a consumer has it enabled;
         otherwise ``records`` (a generator, so nothing is computed) is not consumed."""
