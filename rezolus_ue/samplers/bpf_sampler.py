@@ -200,7 +200,8 @@ class BpfSampler(Sampler):
         bpf.load(programs=self.collect == "always")
         try:
             self._hists = {fam: bpf.array(m) for fam, m in self.histograms}
-            #: Per histogram family: its map at the last capture (the interval's base).
+            #: Per histogram family: its map at the last capture (the interval's base;
+            #: zeros now, the maps being new).
             self._prev = {fam: view.copy() for fam, view in self._hists.items()}
             self._reads = [(fam, m, bpf.array(m)) for fam, m in self.reads]
             self.setup(bpf)
