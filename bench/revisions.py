@@ -1,6 +1,6 @@
 """The agent's collect cost at two git revisions, measured in one run, interleaved.
 
-    python bench/revisions.py BEFORE AFTER [--rounds 3] [--seconds 10]
+    python bench/revisions.py BEFORE AFTER [--rounds 3] [--seconds 10] [--publish NAMES]
 
 Checks each revision out into a temporary worktree and runs *that revision's*
 ``bench/collect.py`` there, alternating BEFORE, AFTER, BEFORE, ... so that both see the
@@ -27,18 +27,28 @@ LINES = {
                                                r" 100 ms sampling / 1 s publishing:\s*([\d.]+) %",
     "the same, 1 s publishing only": r"agent CPU, the same, 1 s publishing, no oversampling:"
                                      r"\s*([\d.]+) %",
+    "every sampler (BPF too), 100 ms / 1 s": r"agent CPU, every sampler \(BPF ones too\),"
+                                             r" 100 ms / 1 s:\s*([\d.]+) %",
 }
 
 
-def run_collect(tree: Path, seconds: float, skip: str) -> dict[str, float]:
-    """Run ``tree``'s bench/collect.py and return the compared figures (% of a core)."""
+def publish_lines(names: list[str]) -> dict[str, str]:
+    """Return the patterns of the named samplers' median publish µs (collect.py's table)."""
+    return {f"{n} publish µs": rf"(?m)^{re.escape(n)}\s+[\d.]+\s+([\d.]+)\s*$"
+            for n in names}
+
+
+def run_collect(tree: Path, seconds: float, skip: str,
+                lines: dict[str, str]) -> dict[str, float]:
+    """Run ``tree``'s bench/collect.py and return the compared figures (% of a core, or
+    µs for a sampler's publish)."""
     p = subprocess.run([sys.executable, "bench/collect.py", "--seconds", str(seconds),
                         "--no-node-exporter"], cwd=tree, capture_output=True, text=True,
                        timeout=3600, env={**os.environ, "REZOLUS_UE_BENCH_SKIP": skip})
     if p.returncode != 0:
         raise SystemExit(f"bench/collect.py at {tree} failed:\n{p.stderr[-3000:]}")
     out = {}
-    for label, pattern in LINES.items():
+    for label, pattern in lines.items():
         m = re.search(pattern, p.stdout)
         if m:
             out[label] = float(m.group(1))
@@ -55,7 +65,11 @@ def main() -> int:
                     " a revision that ignores it has no such sampler anyway")
     ap.add_argument("--seconds", type=float, default=10.0,
                     help="length of each timed loop in collect.py")
+    ap.add_argument("--publish", default="", metavar="NAMES",
+                    help="samplers whose median publish µs to compare too (comma-separated),"
+                    " e.g. the BPF ones (their objects: REZOLUS_UE_BPF_OBJECTS)")
     args = ap.parse_args()
+    lines = {**LINES, **publish_lines(list(filter(None, args.publish.split(","))))}
     with tempfile.TemporaryDirectory(prefix="rezolus-revs-") as tmp:
         trees = {}
         for rev in (args.before, args.after):
@@ -67,16 +81,17 @@ def main() -> int:
             got: dict[str, list[dict[str, float]]] = {r: [] for r in trees}
             for i in range(args.rounds):
                 for rev, tree in trees.items():
-                    figures = run_collect(tree, args.seconds, args.skip)
+                    figures = run_collect(tree, args.seconds, args.skip, lines)
                     got[rev].append(figures)
-                    shown = ", ".join(f"{k}: {v:.3f} %" for k, v in figures.items())
+                    shown = ", ".join(f"{k}: {v:.3f}" for k, v in figures.items())
                     print(f"round {i + 1} {rev:>12s}  {shown}", flush=True)
         finally:
             for tree in trees.values():
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                                 str(tree)], check=False)
-    print(f"\n# median agent CPU, % of one core ({args.rounds} interleaved rounds)")
-    for label in LINES:
+    print(f"\n# medians: agent CPU in % of one core, publish in µs ({args.rounds} interleaved"
+          " rounds)")
+    for label in lines:
         med = {r: statistics.median(f[label] for f in got[r] if label in f)
                for r in got if any(label in f for f in got[r])}
         if len(med) == 2 and med[args.before]:

@@ -12,6 +12,7 @@ import pytest
 from rezolus_ue.bpf import build
 from rezolus_ue.metrics import catalog
 from rezolus_ue.samplers import NAMES, REGISTRY
+from rezolus_ue.samplers.base import FamilySampler, Sampler
 from rezolus_ue.samplers.bpf_sampler import BpfSampler
 
 PACKAGE = Path(importlib.import_module("rezolus_ue.samplers").__file__ or "").parent
@@ -34,6 +35,25 @@ def test_a_sampler_publishes_and_declares_what_its_folder_says(name: str) -> Non
     own = getattr(package, "OPTIONS", ())
     assert all(o in cls.options for o in own)
     assert package.__doc__ and "Events" in package.__doc__, "docstring lists its events"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_sampler_reads_in_the_one_shape_and_publishes_through_the_one_helper(
+        name: str) -> None:
+    cls = REGISTRY[name]
+    assert cls.capture is not Sampler.capture and cls.parse is not Sampler.parse
+    if issubclass(cls, BpfSampler):
+        assert cls.parse is not BpfSampler.parse
+    assert cls.publish in (Sampler.publish, FamilySampler.publish)
+    assert cls.publish_rows is Sampler.publish_rows and cls.emit is Sampler.emit
+    if issubclass(cls, BpfSampler):  # every family is read from maps it declares
+        assert {f for f, _m in (*cls.histograms, *cls.reads)} == set(cls.families)
+
+
+def test_only_the_base_writes_records() -> None:
+    writers = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+               if ".emit(" in p.read_text() or ".publish_rows(" in p.read_text()]
+    assert writers == ["base.py"]
 
 
 def test_the_catalog_is_the_samplers_families_and_nothing_else() -> None:

@@ -274,16 +274,21 @@ class Oversampler:
 
     def publish(self) -> tuple[list[tuple], list[tuple]]:
         """Return (records of the family's event, records of its _dist event)."""
+        rows, dist = self.interval()
+        return [(*key, *values) for key, values in rows.items()], dist
+
+    def interval(self) -> tuple[Mapping[tuple, Sequence[int]], list[tuple]]:
+        """Return (the interval's rows: its last sample's, records of the _dist event),
+        and start the next interval."""
         if not self._samples:
-            return [], []
+            return {}, []
         last = self._samples[-1][1]
-        records = [(*key, *values) for key, values in last.items()]
         dist: list[tuple] = []
         if self._dist and last and not self._plain:
             dist = self._summarise(last)
         self._base = None if self._plain else self._samples[-1]
         self._samples = []
-        return records, dist
+        return last, dist
 
     def _summarise(self, last: Mapping[tuple, Sequence[int]]) -> list[tuple]:
         """Return the _dist records: per label set of the last sample and oversampled
@@ -385,9 +390,7 @@ def histogram_records(schema: EventSchema, labels: tuple, scalars: Sequence[int]
     A bucket list too long for one record is split across ``parts`` records; every part
     repeats the labels, scalars and percentiles so each stands alone in ftrace or perf.
     """
-    nz = np.flatnonzero(counts)
-    return sparse_histogram_records(schema, labels, scalars, nz.tolist(),
-                                    counts[nz].tolist())
+    return sparse_histogram_records(schema, labels, scalars, *h2.nonzero(counts))
 
 
 #: Upper edge of every bucket, as Python ints.

@@ -131,6 +131,13 @@ def delta(current: np.ndarray, previous: np.ndarray | None) -> tuple[np.ndarray,
     return current - previous, False
 
 
+def nonzero(counts: np.ndarray) -> tuple[list[int], list[int]]:
+    """Return (indices, counts) of the non-zero buckets of ``counts``, ascending: the
+    interval's histogram as a sampler's row gives it (``Sampler.publish_rows``)."""
+    nz = np.flatnonzero(counts)
+    return nz.tolist(), counts[nz].tolist()
+
+
 def encode_sparse(counts: np.ndarray) -> bytes:
     """Return the sparse wire form of the non-zero buckets of ``counts``."""
     nz = np.flatnonzero(counts)

@@ -1,6 +1,14 @@
 """What every sampler is: its metric families (hence events), options, and the two steps
 the agent drives, ``sample`` (every sample_interval while oversampling) and ``publish``
-(every publish_interval while anyone listens)."""
+(every publish_interval while anyone listens).
+
+Every sampler reads in one shape: ``capture()`` does the I/O (reads files, copies BPF
+maps) and nothing else; ``parse(raw)`` turns a capture into rows, ``{family: {labels:
+values}}`` with values in the family's metric order (a histogram's, declared last, as
+the interval's non-zero buckets ``(indices, counts)``); ``publish_rows`` writes rows as
+records, the one way records reach ``emit``. ``FamilySampler`` captures at every tick
+and oversamples; every other sampler captures once per publish interval, in ``publish``.
+"""
 
 from __future__ import annotations
 
@@ -14,11 +22,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from ..config import SAMPLER_OPTIONS, Option
 from ..encoding import EventSchema
 from ..linux.procfs import KeptOpen
-from ..metrics.family import Family, Oversampler
+from ..metrics.family import Family, Oversampler, sparse_histogram_records
 from ..metrics.types import Histogram
 
 if TYPE_CHECKING:
     from ..publisher import EventHandle
+
+
+#: What ``parse`` returns: per family it read, ``{labels: values}``, values in the family's
+#: metric order: counter totals and gauge levels, then, for a family with a histogram,
+#: the interval's non-zero buckets as ``(indices ascending, counts)`` (``h2.nonzero``).
+Rows = Mapping[Family, Mapping[tuple, Sequence[Any]]]
 
 
 @dataclass(frozen=True)
@@ -120,10 +134,12 @@ class SamplerContext:
 class Sampler(ABC):
     """One source of metrics.
 
-    Subclasses set ``name`` and ``families`` and implement ``publish`` (and usually
-    ``sample``). ``start`` acquires resources (kept-open fds) and raises SamplerUnavailable
-    (or OSError, translated by the agent) when the sampler cannot run here. The agent calls
-    nothing while none of the sampler's events is enabled.
+    Subclasses set ``name`` and ``families`` and implement ``capture`` (the I/O) and
+    ``parse`` (a capture into ``Rows``); ``publish`` writes the rows of a capture taken
+    then through ``publish_rows`` (``FamilySampler`` captures in ``sample`` instead).
+    ``start`` acquires resources (kept-open fds) and raises SamplerUnavailable (or OSError,
+    translated by the agent) when the sampler cannot run here. The agent calls nothing
+    while none of the sampler's events is enabled.
     """
 
     name: ClassVar[str]
@@ -246,6 +262,11 @@ class Sampler(ABC):
         return any(self.handles[s.name].word.value for s in family.schemas
                    if s.name in self.handles)
 
+    def wanted_families(self) -> set[Family]:
+        """Return the families with an event (either) a consumer has enabled."""
+        return {f for f, w, dw in self._family_words
+                if (w is not None and w.value) or (dw is not None and dw.value)}
+
     def activate(self) -> None:  # noqa: B027 - optional hook
         """A consumer arrived: acquire what only consumed sampling needs (attach BPF)."""
 
@@ -268,14 +289,36 @@ class Sampler(ABC):
         ``full`` is True on publish ticks; between them only oversampled data is needed.
         """
 
-    @abstractmethod
-    def publish(self) -> None:
-        """Write the interval's records for the enabled events (through ``emit``)."""
+    def capture(self) -> Any:
+        """Read the sources of the wanted families (``family_wanted``); return what
+        ``parse`` needs. I/O only: no parsing beyond what choosing the reads needs."""
+        raise NotImplementedError(f"sampler {self.name} has no capture")
 
-    def enabled(self, schema: EventSchema | None) -> bool:
-        """Return True while a consumer has ``schema``'s event enabled."""
-        h = self.handles.get(schema.name) if schema is not None else None
-        return h is not None and bool(h.word.value)
+    def parse(self, raw: Any) -> Rows:
+        """Return the rows of a ``capture``; called once per capture, in capture order."""
+        raise NotImplementedError(f"sampler {self.name} has no parse")
+
+    def publish(self) -> None:
+        """Write the interval's records for the enabled events: here, those of a capture
+        taken now (samplers that read once per publish interval)."""
+        self.publish_rows(self.parse(self.capture()))
+
+    def publish_rows(self, rows: Rows,
+                     dist: Mapping[Family, Iterable[Sequence[object]]] | None = None) -> None:
+        """Write ``rows`` (``Rows``) as their families' records, and ``dist`` (records of
+        each family's _dist event, the oversampler's): every sampler publishes through
+        here. A record is the labels, then the values; a histogram's buckets become the
+        H2 fields (``sparse_histogram_records``: count, percentiles, parts)."""
+        for fam, by_labels in rows.items():
+            schema = fam.schema
+            if fam.histogram is None:
+                self.emit(schema, ((*k, *v) for k, v in by_labels.items()))
+            else:
+                self.emit(schema, (rec for k, v in by_labels.items()
+                                   for rec in sparse_histogram_records(schema, k, v[:-1],
+                                                                       *v[-1])))
+            if dist is not None:
+                self.emit(fam.dist_schema, dist.get(fam, ()))
 
     def emit(self, schema: EventSchema | None, records: Iterable[Sequence[object]]) -> None:
         """Pack and write ``records`` to ``schema``'s event while a consumer has it enabled;
@@ -319,13 +362,14 @@ class Unchanged:
 
 
 class FamilySampler(Sampler):
-    """A sampler that reads rows of counters and gauges, in one shape: ``capture`` (the
-    I/O) and ``parse`` (turning a capture into rows, in capture order).
+    """A sampler that reads rows of counters and gauges (procfs, sysfs, netlink, perf),
+    captured at every tick: ``capture`` (the I/O) and ``parse`` (turning a capture into
+    ``Rows``, in capture order).
 
     ``parse`` returns, for each family it could read this time, ``{labels: values}`` with
     values in the family's scalar order (counter totals, gauge levels); ``read`` is both
-    at once. Oversampling, rates, percentiles and writing both events of each family are
-    handled here.
+    at once. Oversampling, rates and percentiles are handled here; both events of each
+    family are written by ``publish_rows``.
 
     Between publish ticks a sampler only captures; its captures are parsed in one pass at
     the publish tick. Why: the agent sleeps between ticks, so each sample's Python runs
@@ -361,7 +405,8 @@ class FamilySampler(Sampler):
 
     @abstractmethod
     def parse(self, raw: Any) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
-        """Return the rows of a ``capture``; called once per capture, in capture order."""
+        """Return the rows of a ``capture``; called once per capture, in capture order
+        (the captures between two publish ticks are parsed at the second)."""
 
     def sample(self, t_ns: int, full: bool = True) -> None:
         dist = set()
@@ -400,7 +445,7 @@ class FamilySampler(Sampler):
     def publish(self) -> None:
         # Only families sampled since the last publish: a family nobody wants is not read.
         fresh, self._fresh = self._fresh, set()
+        rows, dist = {}, {}
         for fam in fresh:
-            records, dist = self._over[fam].publish()
-            self.emit(fam.schema, records)
-            self.emit(fam.dist_schema, dist)
+            rows[fam], dist[fam] = self._over[fam].interval()
+        self.publish_rows(rows, dist)

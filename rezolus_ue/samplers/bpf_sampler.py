@@ -1,5 +1,12 @@
 """What every BPF sampler shares: loading by probed attach kind, demand-driven collection,
-and interval bookkeeping.
+interval bookkeeping, and the capture/parse shape of every sampler (``base``).
+
+Reading: once per publish interval (BPF samplers do not oversample), ``capture`` copies
+the maps (``BpfCapture``: every histogram map, whose copy becomes the next interval's
+baseline, so each interval closes whether or not anyone watches it; the other maps,
+``reads``, of the wanted families only) and the attached time of the interval;
+``parse`` turns the copies into rows (histogram deltas, sums over CPUs), which
+``publish_rows`` writes.
 
 Lifecycle (``collect = "on-demand"``, the default): ``start`` probes the attach kinds and
 creates the maps only (no program is loaded or verified: starting stays cheap, which
@@ -39,7 +46,8 @@ import os
 import threading
 import time
 from collections import deque
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -48,8 +56,8 @@ from ..bpf.loader import ATTACH_KINDS, BpfObject
 from ..config import Option
 from ..errors import RezolusError
 from ..metrics import h2
-from ..metrics.family import Family, histogram_records
-from .base import Sampler
+from ..metrics.family import Family
+from .base import Rows, Sampler
 
 COLLECT_MODES = ("on-demand", "always")
 
@@ -120,14 +128,37 @@ class Loader:
 LOADER = Loader()
 
 
+class BpfCapture(NamedTuple):
+    """One reading of a BPF sampler's maps (``BpfSampler.capture``): copies, no parsing."""
+
+    #: ns the programs were attached since the previous capture (histograms' attached_ns).
+    window: int
+    #: The families a consumer has an event of enabled (only these get rows).
+    wanted: set[Family]
+    #: Per wanted histogram family: copies of its map now and at the previous capture,
+    #: shaped (rows, H2 buckets): one row per label set (one for an ``H2_HISTOGRAM``).
+    hists: Mapping[Family, tuple[np.ndarray, np.ndarray]]
+    #: Copies of the ``reads`` maps of the wanted families, by map name.
+    maps: Mapping[str, np.ndarray]
+
+
+def whole_histograms(raw: BpfCapture) -> dict[Family, dict[tuple, tuple]]:
+    """Return the rows of single-row histogram families (``H2_HISTOGRAM`` maps, no label):
+    one each, the attached time and the interval's buckets, whether or not any moved."""
+    return {fam: {(): (raw.window, h2.nonzero(h2.delta(cur[0], prev[0])[0]))}
+            for fam, (cur, prev) in raw.hists.items()}
+
+
 class BpfSampler(Sampler):
     """A sampler whose data comes from one BPF object, named after it: ``bpf/<name>.bpf.c``
     (its structs shared with Python in ``bpf/<name>.h``).
 
-    Subclasses implement ``setup`` (take views of the maps) and ``publish``, and set
-    ``keep_maps`` only for maps user space writes that are not mmapable (mmapable ones,
-    which it reads, are kept anyway). ``histograms`` lists (family, map) pairs published by
-    ``publish_histograms``.
+    Subclasses declare the maps they read, ``histograms`` (cumulative H2 maps) and
+    ``reads`` (the others), and implement ``parse`` (a ``BpfCapture`` into ``Rows``);
+    ``capture`` and ``publish`` are this class's and the base's. ``setup`` takes views of
+    maps user space writes (e.g. ``attached_ns``) or inspects; set ``keep_maps`` only for
+    maps user space writes that are not mmapable (mmapable ones, which it reads, are kept
+    anyway).
     """
 
     #: Queued in, or being activated by, LOADER.
@@ -138,8 +169,12 @@ class BpfSampler(Sampler):
     #: Maps user space writes that keep their contents across unload/load, beyond the
     #: mmapable ones (always kept: cumulative data, .bss).
     keep_maps: ClassVar[tuple[str, ...]] = ()
-    #: (family, map name) of each cumulative H2 histogram map.
+    #: (family, map name) of each cumulative H2 histogram map (``H2_HISTOGRAM``, or
+    #: ``H2_HISTOGRAMS``: one row per label set).
     histograms: ClassVar[tuple[tuple[Family, str], ...]] = ()
+    #: (family, map name) of each other map a family's rows are read from; a map is
+    #: copied at capture while one of its families is wanted.
+    reads: ClassVar[tuple[tuple[Family, str], ...]] = ()
     options: ClassVar[tuple[Option, ...]] = BPF_OPTIONS
     oversample = False
 
@@ -147,7 +182,8 @@ class BpfSampler(Sampler):
         """Adjust the opened object before each load (e.g. .rodata settings)."""
 
     def setup(self, bpf: BpfObject) -> None:
-        """Take views of the kept maps (called once, after the first load)."""
+        """Take views of the maps user space writes or inspects (called once, after the
+        first load, after ``histograms`` and ``reads`` got theirs)."""
 
     def on_attach(self, now_ns: int) -> None:
         """Called just before the programs attach (e.g. tell them the attach time)."""
@@ -164,12 +200,15 @@ class BpfSampler(Sampler):
         bpf.load(programs=self.collect == "always")
         try:
             self._hists = {fam: bpf.array(m) for fam, m in self.histograms}
+            #: Per histogram family: its map at the last capture (the interval's base;
+            #: zeros now, the maps being new).
+            self._prev = {fam: view.copy() for fam, view in self._hists.items()}
+            self._reads = [(fam, m, bpf.array(m)) for fam, m in self.reads]
             self.setup(bpf)
         except BaseException:
             bpf.close()
             raise
         self._bpf = bpf
-        self._prev: dict[Family, np.ndarray | None] = dict.fromkeys(self._hists)
         #: Start of the attached part of the current interval (None: detached).
         self._since: int | None = None
         if self.collect == "always":
@@ -264,18 +303,31 @@ class BpfSampler(Sampler):
         window, self._since = now - self._since, now
         return window
 
-    def publish_histograms(self, window: int, labels: tuple = ()) -> None:
-        """Write each enabled histogram family's interval delta, with ``window``."""
+    def capture(self) -> BpfCapture:
+        """Return copies of the maps (``BpfCapture``); every histogram's copy becomes the
+        next interval's base, watched or not: the next record covers one interval."""
+        window = self.window()
+        wanted = self.wanted_families()
+        hists = {}
         for fam, view in self._hists.items():
-            # Close every interval even when unwatched: the next record covers one.
             cur = view.copy()
-            counts, _reset = h2.delta(cur, self._prev[fam])
-            self._prev[fam] = cur
-            self.emit(fam.schema, histogram_records(fam.schema, labels, (window,), counts))
+            prev, self._prev[fam] = self._prev[fam], cur
+            if fam in wanted:
+                hists[fam] = (cur.reshape(-1, h2.BUCKETS), prev.reshape(-1, h2.BUCKETS))
+        maps = {}
+        for fam, name, view in self._reads:
+            if fam in wanted and name not in maps:
+                maps[name] = view.copy()
+        return BpfCapture(window, wanted, hists, maps)
+
+    def parse(self, raw: BpfCapture) -> Rows:
+        """Return the rows of a capture: histogram deltas, sums over CPUs (subclasses)."""
+        raise NotImplementedError(f"sampler {self.name} has no parse")
 
     def close(self) -> None:
         self._join()
         self._hists = {}
+        self._reads = []
         bpf = getattr(self, "_bpf", None)
         if bpf is not None:
             bpf.close()

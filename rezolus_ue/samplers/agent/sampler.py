@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from ...linux.procfs import KeptOpen
-from ...metrics.family import sparse_histogram_records
-from ..base import AgentView, Sampler
+from ...metrics.family import Family
+from ..base import AgentView, Rows, Sampler, SamplerStatus
 from . import AGENT, AGENT_SAMPLER, AGENT_STATUS, FAMILIES, STATUS_CODES, STATUS_TEXT_MAX
 
 
@@ -32,6 +34,27 @@ def fit_text(text: str, limit: int = STATUS_TEXT_MAX) -> str:
     return data[: limit - 3].decode(errors="ignore") + "…"
 
 
+class SelfReading(NamedTuple):
+    """What the agent process is now, as read for the rezolus_agent record."""
+
+    stats: Mapping[str, int]
+    times: os.times_result
+    statm: bytes
+    stat: bytes
+    fds: int
+
+
+class AgentCapture(NamedTuple):
+    """One reading of the agent (``AgentSelf.capture``)."""
+
+    wanted: set[Family]
+    #: The process (None: rezolus_agent not wanted).
+    own: SelfReading | None
+    #: Every configured sampler's state, with its refresh-time histogram's interval
+    #: (bucket indices, counts).
+    states: Sequence[tuple[SamplerStatus, list[int], list[int]]]
+
+
 class AgentSelf(Sampler):
     """The agent's CPU time, RSS, fds, records written, EBADF races and sampler costs."""
 
@@ -46,38 +69,49 @@ class AgentSelf(Sampler):
         self._page = os.sysconf("SC_PAGE_SIZE")
         self._fds_by_size = fds_by_size(self._fd_dir)
 
-    def publish(self) -> None:
+    def capture(self) -> AgentCapture | None:
         agent = self.ctx.agent
         if agent is None:
-            return
-        if self.enabled(AGENT.schema):
-            self.emit(AGENT.schema, [self._self_stats(agent)])
-        states = agent.sampler_states()
-        schema = AGENT_SAMPLER.schema
-        enabled = self.enabled(schema)
-        for st in states:
-            # Close every interval even when unwatched, so the first record after a
-            # consumer arrives covers one interval, not the agent's whole life.
-            index, count = st.cost_us.interval_sparse()
-            if enabled:
-                scalars = (STATUS_CODES[st.state], st.refreshes, st.errors)
-                self.emit(schema, sparse_histogram_records(
-                    schema, (st.name,), scalars, index, count))
-        self.emit(AGENT_STATUS.schema, (
-            (st.name, st.state, fit_text(st.reason), fit_text(st.last_error), st.errors)
-            for st in states))
+            return None
+        wanted = self.wanted_families()
+        own = self._read_self(agent) if AGENT in wanted else None
+        # Close every interval even when unwatched, so the first record after a consumer
+        # arrives covers one interval, not the agent's whole life.
+        states = [(st, *st.cost_us.interval_sparse()) for st in agent.sampler_states()]
+        return AgentCapture(wanted, own, states)
 
-    def _self_stats(self, agent: AgentView) -> tuple[int, ...]:
-        """Return the rezolus_agent record: the agent's cost and health now."""
-        s = agent.stats()
-        t = os.times()
-        rss = int(self._statm.read().split()[1]) * self._page
-        # Field 20 of /proc/self/stat (after the parenthesised comm) is num_threads.
-        threads = int(self._stat.read().rsplit(b")", 1)[1].split()[17])
+    def _read_self(self, agent: AgentView) -> SelfReading:
+        """Return the agent's counters and the process's times, statm, stat and fds now."""
+        stats, times = agent.stats(), os.times()
+        statm, stat = self._statm.read(), self._stat.read()
         fds = (os.stat(self._fd_dir).st_size if self._fds_by_size
                else len(os.listdir(self._fd_dir)))
+        return SelfReading(stats, times, statm, stat, fds)
+
+    def parse(self, raw: AgentCapture | None) -> Rows:
+        if raw is None:
+            return {}
+        rows: dict = {}
+        if raw.own is not None:
+            rows[AGENT] = {(): self._self_stats(raw.own)}
+        if AGENT_SAMPLER in raw.wanted:
+            rows[AGENT_SAMPLER] = {
+                (st.name,): (STATUS_CODES[st.state], st.refreshes, st.errors, (index, count))
+                for st, index, count in raw.states}
+        if AGENT_STATUS in raw.wanted:
+            rows[AGENT_STATUS] = {
+                (st.name, st.state, fit_text(st.reason), fit_text(st.last_error)): (st.errors,)
+                for st, _index, _count in raw.states}
+        return rows
+
+    def _self_stats(self, own: SelfReading) -> tuple[int, ...]:
+        """Return the rezolus_agent values: the agent's cost and health."""
+        s, t = own.stats, own.times
+        rss = int(own.statm.split()[1]) * self._page
+        # Field 20 of /proc/self/stat (after the parenthesised comm) is num_threads.
+        threads = int(own.stat.rsplit(b")", 1)[1].split()[17])
         return (os.getpid(), s["uptime_ns"], int(t.user * 1e9), int(t.system * 1e9), rss,
-                fds, threads, s["events_written"], s["ebadf_races"], s["write_errors"],
+                own.fds, threads, s["events_written"], s["ebadf_races"], s["write_errors"],
                 s["sampler_errors"], s["samplers_active"], s["samplers_unavailable"])
 
     def close(self) -> None:

@@ -6,8 +6,8 @@ import numpy as np
 
 from ...bpf.loader import BpfObject
 from ...metrics import h2
-from ...metrics.family import histogram_records
-from ..bpf_sampler import BpfSampler
+from ..base import Rows
+from ..bpf_sampler import BpfCapture, BpfSampler
 from . import (
     BLOCKIO_ERROR_KINDS,
     BLOCKIO_LATENCY,
@@ -18,7 +18,6 @@ from . import (
 )
 
 NOPS, NERRORS = len(BLOCKIO_OPS), len(BLOCKIO_ERROR_KINDS)
-
 
 
 def counter_records(counters: np.ndarray) -> list[tuple]:
@@ -42,22 +41,20 @@ class BlockioRequests(BpfSampler):
     per_cpu_maps = ("counters",)
     #: Each map holds one H2 row per operation (BLOCKIO_OPS x H2 buckets).
     histograms = ((BLOCKIO_LATENCY, "latency"), (BLOCKIO_SIZE, "size"))
+    reads = ((BLOCKIO_REQUESTS, "counters"),)
 
     def setup(self, bpf: BpfObject) -> None:
         self._counters = bpf.array("counters")
 
-    def publish(self) -> None:
-        window = self.window()
-        for fam, view in self._hists.items():
-            # Close every interval even when unwatched: the next record covers one.
-            cur = view.copy().reshape(NOPS, h2.BUCKETS)
-            prev = self._prev[fam]
-            self._prev[fam] = cur
-            self.emit(fam.schema, (
-                rec for i, op in enumerate(BLOCKIO_OPS) if cur[i].any()  # unseen: no record
-                for rec in histogram_records(fam.schema, (op,), (window,), h2.delta(
-                    cur[i], None if prev is None else prev.reshape(NOPS, h2.BUCKETS)[i])[0])))
-        self.emit(BLOCKIO_REQUESTS.schema, (rec for rec in counter_records(self._counters)))
+    def parse(self, raw: BpfCapture) -> Rows:
+        rows: dict = {
+            fam: {(op,): (raw.window, h2.nonzero(h2.delta(cur[i], prev[i])[0]))
+                  for i, op in enumerate(BLOCKIO_OPS) if cur[i].any()}  # unseen: no record
+            for fam, (cur, prev) in raw.hists.items()}
+        c = raw.maps.get("counters")
+        if c is not None:
+            rows[BLOCKIO_REQUESTS] = {(rec[0],): rec[1:] for rec in counter_records(c)}
+        return rows
 
     def close(self) -> None:
         self._counters = None  # type: ignore[assignment]

@@ -16,8 +16,8 @@ from ...bpf.libbpf import Object
 from ...bpf.loader import BpfObject
 from ...errors import SamplerUnavailable
 from ...metrics import h2
-from ...metrics.family import histogram_records
-from ..bpf_sampler import BPF_OPTIONS, BpfSampler
+from ..base import Rows
+from ..bpf_sampler import BPF_OPTIONS, BpfCapture, BpfSampler
 from ..cgroup.sampler import (
     RESCAN_NS,
     cgroup2_mounts,
@@ -89,6 +89,9 @@ class CgroupScheduler(BpfSampler):
     name = "cgroup_scheduler"
     families = FAMILIES
     keep_maps = ("cgroup_slots",)
+    #: One row per slot (slot 0: every cgroup without one of its own).
+    histograms = ((CGROUP_RUNQUEUE_LATENCY, "runqlat"),)
+    reads = ((CGROUP_SCHEDULER, "counters"),)
     options = (*BPF_OPTIONS, *OPTIONS)
 
     def start(self) -> None:
@@ -114,7 +117,6 @@ class CgroupScheduler(BpfSampler):
         self._slots = SlotMap(bpf.obj.map("cgroup_slots").fd)
         #: Per slot: the counters when it was given to its cgroup (subtracted).
         self._base = np.zeros((slots, len(_FIELDS)), dtype=np.uint64)
-        self._hist_prev = self._runqlat.copy()
         #: Per slot: its cgroup's path (None: free), and cgroup id -> slot.
         self._labels: list[str | None] = [OTHER_LABEL] + [None] * self._max
         self._slot_of: dict[int, int] = {}
@@ -122,9 +124,10 @@ class CgroupScheduler(BpfSampler):
         self.matched = self.over_limit = 0
         self.rescan()
 
-    def _values(self) -> np.ndarray:
-        """Return the counters as a (slots, fields) array, in _FIELDS order."""
-        c = self._counters
+    def _values(self, counters: np.ndarray | None = None) -> np.ndarray:
+        """Return the counters (the map's, or a copy of it) as a (slots, fields) array,
+        in _FIELDS order."""
+        c = self._counters if counters is None else counters
         return np.stack([c[f] for f in _FIELDS], axis=1)
 
     def rescan(self) -> None:
@@ -161,7 +164,8 @@ class CgroupScheduler(BpfSampler):
                 # Totals of the slot's previous cgroup are not this one's.
                 values = self._values() if values is None else values
                 self._base[slot] = values[slot]
-                self._hist_prev[slot] = self._runqlat[slot]
+                self._prev[CGROUP_RUNQUEUE_LATENCY].reshape(-1, h2.BUCKETS)[slot] = \
+                    self._runqlat[slot]
                 self._slots.set(cid, slot)
                 self._slot_of[cid] = slot
             self._labels[slot] = truncate_label(path)  # renamed groups keep their slot
@@ -183,33 +187,34 @@ class CgroupScheduler(BpfSampler):
         pass  # derived from the BPF object's state and the last walk
 
     def on_attach(self, now_ns: int) -> None:
-        # Timestamps stored before this (an earlier attachment) are ignored, and the first
-        # histogram record covers only the attached time.
+        # Timestamps stored before this (an earlier attachment) are ignored.
         self._attached_ns[0] = now_ns
-        self._hist_prev = self._runqlat.copy()
 
     def slot_labels(self) -> dict[int, str]:
         """Return the slots in use (``(other)`` included) and their labels."""
         return {s: lb for s, lb in enumerate(self._labels) if lb is not None}
 
-    def publish(self) -> None:
+    def capture(self) -> BpfCapture:
+        """Give slots anew when a rescan is due (module docstring), then copy the maps."""
         if self._clock() >= self._next_scan:
             self.rescan()
-        window = self.window()
+        return super().capture()
+
+    def parse(self, raw: BpfCapture) -> Rows:
         labels = self.slot_labels()
-        cur = self._runqlat.copy()
-        prev, self._hist_prev = self._hist_prev, cur
-        schema = CGROUP_RUNQUEUE_LATENCY.schema
-        self.emit(schema, (
-            rec for slot in np.flatnonzero((cur != prev).any(axis=1)).tolist()
-            # A slot freed since: its waits belonged to a cgroup now gone.
-            if (label := labels.get(slot)) is not None
-            for rec in histogram_records(schema, (label,), (window,),
-                                         h2.delta(cur[slot], prev[slot])[0])))
-        if self.enabled(CGROUP_SCHEDULER.schema):
-            totals = (self._values() - self._base).tolist()
-            self.emit(CGROUP_SCHEDULER.schema,
-                      ((label, *totals[slot]) for slot, label in labels.items()))
+        rows: dict = {}
+        if CGROUP_RUNQUEUE_LATENCY in raw.hists:
+            cur, prev = raw.hists[CGROUP_RUNQUEUE_LATENCY]
+            rows[CGROUP_RUNQUEUE_LATENCY] = {
+                (label,): (raw.window, h2.nonzero(h2.delta(cur[slot], prev[slot])[0]))
+                for slot in np.flatnonzero((cur != prev).any(axis=1)).tolist()
+                # A slot freed since: its waits belonged to a cgroup now gone.
+                if (label := labels.get(slot)) is not None}
+        counters = raw.maps.get("counters")
+        if counters is not None:
+            totals = (self._values(counters) - self._base).tolist()
+            rows[CGROUP_SCHEDULER] = {(label,): totals[slot] for slot, label in labels.items()}
+        return rows
 
     def close(self) -> None:
         slots = getattr(self, "_slots", None)

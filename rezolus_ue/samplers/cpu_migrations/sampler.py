@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...bpf.loader import BpfObject
-from ..bpf_sampler import BpfSampler
+from ..base import Rows
+from ..bpf_sampler import BpfCapture, BpfSampler
 from . import CPU_MIGRATIONS, FAMILIES
 
 
@@ -15,16 +16,18 @@ class CpuMigrations(BpfSampler):
     name = "cpu_migrations"
     families = FAMILIES
     per_cpu_maps = ("migrations",)
+    reads = ((CPU_MIGRATIONS, "migrations"),)
 
     def setup(self, bpf: BpfObject) -> None:
         self._migrations = bpf.array("migrations")
 
-    def publish(self) -> None:
-        self.window()
-        m = self._migrations
+    def parse(self, raw: BpfCapture) -> Rows:
+        m = raw.maps.get("migrations")
+        if m is None:
+            return {}
         frm, to = m["from"], m["to"]
-        self.emit(CPU_MIGRATIONS.schema, ((cpu, int(frm[cpu]), int(to[cpu]))
-                                          for cpu in np.flatnonzero(frm | to).tolist()))
+        return {CPU_MIGRATIONS: {(cpu,): (int(frm[cpu]), int(to[cpu]))
+                                 for cpu in np.flatnonzero(frm | to).tolist()}}
 
     def close(self) -> None:
         self._migrations = None  # type: ignore[assignment]

@@ -6,12 +6,9 @@ import numpy as np
 
 from ...bpf.loader import BpfObject
 from ...metrics import h2
-from ...metrics.family import histogram_records
-from ..bpf_sampler import BpfSampler
+from ..base import Rows
+from ..bpf_sampler import BpfCapture, BpfSampler
 from . import FAMILIES, SOFTIRQ_DURATION, SOFTIRQ_KINDS, SOFTIRQ_TIME
-
-_KINDS = len(SOFTIRQ_KINDS)
-
 
 
 class CpuSoftirqTime(BpfSampler):
@@ -20,34 +17,34 @@ class CpuSoftirqTime(BpfSampler):
     name = "cpu_softirq_time"
     families = FAMILIES
     per_cpu_maps = ("times",)
+    #: One row per kind (SOFTIRQ_KINDS x H2 buckets).
+    histograms = ((SOFTIRQ_DURATION, "durations"),)
+    reads = ((SOFTIRQ_TIME, "times"),)
 
     def setup(self, bpf: BpfObject) -> None:
         self._times = bpf.array("times")
-        self._durations = bpf.array("durations").reshape(_KINDS, h2.BUCKETS)
         self._attached_ns = bpf.global_var("attached_ns")
-        self._durations_prev: np.ndarray | None = None
 
     def on_attach(self, now_ns: int) -> None:
-        # Handler starts stored before this (an earlier attachment) are ignored, and the
-        # first record covers only the attached time.
+        # Handler starts stored before this (an earlier attachment) are ignored.
         self._attached_ns[0] = now_ns
-        self._durations_prev = self._durations.copy()
 
-    def publish(self) -> None:
-        window = self.window()
-        cur = self._durations.copy()
-        prev, self._durations_prev = self._durations_prev, cur
-        if prev is not None:
-            schema = SOFTIRQ_DURATION.schema
-            self.emit(schema, (
-                rec for kind in np.flatnonzero((cur != prev).any(axis=1)).tolist()
-                for rec in histogram_records(schema, (SOFTIRQ_KINDS[kind],), (window,),
-                                             h2.delta(cur[kind], prev[kind])[0])))
-        ns = self._times["time_ns"]
-        self.emit(SOFTIRQ_TIME.schema, ((cpu, *ns[cpu].tolist())
-                                        for cpu in np.flatnonzero(ns.any(axis=1)).tolist()))
+    def parse(self, raw: BpfCapture) -> Rows:
+        rows: dict = {}
+        if SOFTIRQ_DURATION in raw.hists:
+            cur, prev = raw.hists[SOFTIRQ_DURATION]
+            # Kinds whose handlers ran in the interval.
+            rows[SOFTIRQ_DURATION] = {
+                (SOFTIRQ_KINDS[kind],): (raw.window,
+                                         h2.nonzero(h2.delta(cur[kind], prev[kind])[0]))
+                for kind in np.flatnonzero((cur != prev).any(axis=1)).tolist()}
+        times = raw.maps.get("times")
+        if times is not None:
+            ns = times["time_ns"]
+            rows[SOFTIRQ_TIME] = {(cpu,): ns[cpu].tolist()
+                                  for cpu in np.flatnonzero(ns.any(axis=1)).tolist()}
+        return rows
 
     def close(self) -> None:
-        self._times = self._durations = self._attached_ns = None  # type: ignore[assignment]
-        self._durations_prev = None
+        self._times = self._attached_ns = None  # type: ignore[assignment]
         super().close()

@@ -9,7 +9,8 @@ import numpy as np
 from tracefs_tools import Tracefs, TracefsError, find_tracefs
 
 from ...bpf.loader import BpfObject
-from ..bpf_sampler import BpfSampler
+from ..base import Rows
+from ..bpf_sampler import BpfCapture, BpfSampler
 from . import FAMILIES, NETWORK_DROPS, NETWORK_TRAFFIC
 
 #: NETWORK_DROP_REASONS (bpf/network_traffic.h): reason slots per CPU.
@@ -52,28 +53,31 @@ class NetworkTraffic(BpfSampler):
     name = "network_traffic"
     families = FAMILIES
     per_cpu_maps = ("traffic", "drops")
+    #: The traffic record carries the drops' total too.
+    reads = ((NETWORK_TRAFFIC, "traffic"), (NETWORK_TRAFFIC, "drops"),
+             (NETWORK_DROPS, "drops"))
 
     def setup(self, bpf: BpfObject) -> None:
         self._traffic = bpf.array("traffic")
         self._drops = bpf.array("drops")
         self._reasons = kernel_drop_reason_names()
 
-    def totals(self) -> tuple[dict[str, int], np.ndarray]:
-        """Return the traffic totals summed over CPUs, and the drops per reason slot."""
-        tr = self._traffic
-        sums = {f: int(tr[f].sum()) for f in tr.dtype.names or ()}
-        return sums, self._drops["drops"].sum(axis=0)
-
-    def publish(self) -> None:
-        self.window()
-        if not (self.enabled(NETWORK_TRAFFIC.schema) or self.enabled(NETWORK_DROPS.schema)):
-            return
-        sums, by_reason = self.totals()
-        self.emit(NETWORK_TRAFFIC.schema, [(
-            sums["rx_bytes"], sums["tx_bytes"], sums["rx_packets"], sums["tx_packets"],
-            int(by_reason.sum()))])
-        self.emit(NETWORK_DROPS.schema, ((self._reasons[slot], int(by_reason[slot]))
-                                         for slot in np.flatnonzero(by_reason).tolist()))
+    def parse(self, raw: BpfCapture) -> Rows:
+        drops = raw.maps.get("drops")
+        if drops is None:
+            return {}
+        by_reason = drops["drops"].sum(axis=0)
+        rows: dict = {}
+        tr = raw.maps.get("traffic")
+        if tr is not None:
+            sums = {f: int(tr[f].sum()) for f in tr.dtype.names or ()}
+            rows[NETWORK_TRAFFIC] = {(): (
+                sums["rx_bytes"], sums["tx_bytes"], sums["rx_packets"], sums["tx_packets"],
+                int(by_reason.sum()))}
+        if NETWORK_DROPS in raw.wanted:
+            rows[NETWORK_DROPS] = {(self._reasons[slot],): (int(by_reason[slot]),)
+                                   for slot in np.flatnonzero(by_reason).tolist()}
+        return rows
 
     def close(self) -> None:
         self._traffic = self._drops = None  # type: ignore[assignment]

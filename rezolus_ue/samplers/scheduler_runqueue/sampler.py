@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...bpf.loader import BpfObject
-from ..bpf_sampler import BpfSampler
+from ..base import Rows
+from ..bpf_sampler import BpfCapture, BpfSampler, whole_histograms
 from . import (
     FAMILIES,
     SCHEDULER_OFFCPU,
@@ -26,6 +27,7 @@ class SchedulerRunqueue(BpfSampler):
         (SCHEDULER_RUNNING, "running"),
         (SCHEDULER_OFFCPU, "offcpu"),
     )
+    reads = ((SCHEDULER_SWITCHES, "switches"),)
 
     def setup(self, bpf: BpfObject) -> None:
         self._switches = bpf.array("switches")
@@ -35,13 +37,15 @@ class SchedulerRunqueue(BpfSampler):
         # Timestamps the programs stored before this (an earlier attachment) are ignored.
         self._attached_ns[0] = now_ns
 
-    def publish(self) -> None:
-        self.publish_histograms(self.window())
-        sw = self._switches
-        vol, inv, idle = sw["voluntary"], sw["involuntary"], sw["idle"]
-        self.emit(SCHEDULER_SWITCHES.schema, (
-            (cpu, int(vol[cpu]), int(inv[cpu]), int(idle[cpu]))
-            for cpu in np.flatnonzero(vol | inv | idle).tolist()))
+    def parse(self, raw: BpfCapture) -> Rows:
+        rows: dict = whole_histograms(raw)
+        sw = raw.maps.get("switches")
+        if sw is not None:
+            vol, inv, idle = sw["voluntary"], sw["involuntary"], sw["idle"]
+            rows[SCHEDULER_SWITCHES] = {
+                (cpu,): (int(vol[cpu]), int(inv[cpu]), int(idle[cpu]))
+                for cpu in np.flatnonzero(vol | inv | idle).tolist()}
+        return rows
 
     def close(self) -> None:
         self._switches = self._attached_ns = None  # type: ignore[assignment]

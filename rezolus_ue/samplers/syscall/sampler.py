@@ -12,8 +12,8 @@ from ...bpf.libbpf import Object
 from ...bpf.loader import BpfObject
 from ...errors import SamplerUnavailable
 from ...metrics import h2
-from ...metrics.family import histogram_records
-from ..bpf_sampler import BPF_OPTIONS, BpfSampler
+from ..base import Rows
+from ..bpf_sampler import BPF_OPTIONS, BpfCapture, BpfSampler
 from . import FAMILIES, OPTIONS, SYSCALL, SYSCALL_LATENCY, table
 
 _OPS = tuple(f.encode() for f in table.FAMILIES)
@@ -25,6 +25,9 @@ class Syscall(BpfSampler):
     name = "syscall"
     families = FAMILIES
     per_cpu_maps = ("counts",)
+    #: One row per family (table.FAMILIES x H2 buckets).
+    histograms = ((SYSCALL_LATENCY, "latency"),)
+    reads = ((SYSCALL, "counts"),)
     options = (*BPF_OPTIONS, *OPTIONS)
 
     def start(self) -> None:
@@ -60,26 +63,21 @@ class Syscall(BpfSampler):
         self._calls = bpf.array("counts")["calls"]
         #: (families, buckets) cumulative latency histograms.
         self._latency = bpf.array("latency").reshape(len(table.FAMILIES), h2.BUCKETS)
-        self._latency_prev = self._latency.copy()
 
-    def on_attach(self, now_ns: int) -> None:
-        # Counts made after the last publish but before the last detach stay out of the
-        # first record after this attach, which covers only the attached time.
-        self._latency_prev = self._latency.copy()
-
-    def publish(self) -> None:
-        window = self.window()
-        cur = self._latency.copy()
-        counts, _reset = h2.delta(cur, self._latency_prev)
-        self._latency_prev = cur
-        schema = SYSCALL_LATENCY.schema
-        self.emit(schema, (
-            rec for code in np.flatnonzero(counts.sum(axis=1)).tolist()
-            for rec in histogram_records(schema, (_OPS[code],), (window,), counts[code])))
-        self.emit(SYSCALL.schema, (
-            (op, total) for op, total in zip(_OPS, self._calls.sum(axis=0).tolist(),
-                                             strict=True)))
+    def parse(self, raw: BpfCapture) -> Rows:
+        rows: dict = {}
+        if SYSCALL_LATENCY in raw.hists:
+            counts, _reset = h2.delta(*raw.hists[SYSCALL_LATENCY])
+            # Families called in the interval.
+            rows[SYSCALL_LATENCY] = {
+                (_OPS[code],): (raw.window, h2.nonzero(counts[code]))
+                for code in np.flatnonzero(counts.sum(axis=1)).tolist()}
+        counts_map = raw.maps.get("counts")
+        if counts_map is not None:
+            rows[SYSCALL] = {(op,): (total,) for op, total in zip(
+                _OPS, counts_map["calls"].sum(axis=0).tolist(), strict=True)}
+        return rows
 
     def close(self) -> None:
-        self._calls = self._latency = self._latency_prev = None  # type: ignore[assignment]
+        self._calls = self._latency = None  # type: ignore[assignment]
         super().close()

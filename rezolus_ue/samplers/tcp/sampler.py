@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ...bpf.loader import BpfObject
-from ..bpf_sampler import BpfSampler
+from ..base import Rows
+from ..bpf_sampler import BpfCapture, BpfSampler, whole_histograms
 from . import (
     FAMILIES,
     TCP_CONNECT_LATENCY,
@@ -26,15 +27,18 @@ class Tcp(BpfSampler):
         (TCP_JITTER, "jitter"),
         (TCP_CONNECT_LATENCY, "connlat"),
     )
+    reads = ((TCP_RETRANSMIT, "counters"),)
 
     def setup(self, bpf: BpfObject) -> None:
         self._counters = bpf.array("counters")
 
-    def publish(self) -> None:
-        self.publish_histograms(self.window())
-        c = self._counters
-        self.emit(TCP_RETRANSMIT.schema,
-                  [(int(c["retransmits"].sum()), int(c["retransmit_errors"].sum()))])
+    def parse(self, raw: BpfCapture) -> Rows:
+        rows: dict = whole_histograms(raw)
+        c = raw.maps.get("counters")
+        if c is not None:
+            rows[TCP_RETRANSMIT] = {
+                (): (int(c["retransmits"].sum()), int(c["retransmit_errors"].sum()))}
+        return rows
 
     def close(self) -> None:
         self._counters = None  # type: ignore[assignment]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ...bpf.loader import BpfObject, Features
 from ...errors import KernelFeatureMissing, SamplerUnavailable
-from ..bpf_sampler import BpfSampler
+from ..base import Rows
+from ..bpf_sampler import BpfCapture, BpfSampler
 from . import FAMILIES, TCP_TRAFFIC
 
 #: Why the sampler cannot run on a kernel without either function hook.
@@ -34,6 +35,7 @@ class TcpTraffic(BpfSampler):
     name = "tcp_traffic"
     families = FAMILIES
     per_cpu_maps = ("counters",)
+    reads = ((TCP_TRAFFIC, "counters"),)
 
     def start(self) -> None:
         why = missing_hooks(Features(), self.str_option("attach"))
@@ -47,10 +49,11 @@ class TcpTraffic(BpfSampler):
     def setup(self, bpf: BpfObject) -> None:
         self._counters = bpf.array("counters")
 
-    def publish(self) -> None:
-        self.window()
-        c = self._counters
-        self.emit(TCP_TRAFFIC.schema, [tuple(int(c[f].sum()) for f in c.dtype.names or ())])
+    def parse(self, raw: BpfCapture) -> Rows:
+        c = raw.maps.get("counters")
+        if c is None:
+            return {}
+        return {TCP_TRAFFIC: {(): tuple(int(c[f].sum()) for f in c.dtype.names or ())}}
 
     def close(self) -> None:
         self._counters = None  # type: ignore[assignment]
