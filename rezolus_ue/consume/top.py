@@ -36,7 +36,7 @@ from .records import Record
 from .source import RECORDING_HELP
 from .top_keys import UiState, handle_key, split_keys
 from .top_model import TOP_EVENTS, Model
-from .top_render import render
+from .top_render import render, render_screen
 from .top_rows import View
 
 # --- I/O: terminal, subscription, loop --------------------------------------------------
@@ -222,7 +222,7 @@ def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: in
     retry = 0.0
     if sub is None:  # the first screen, before subscribing
         size = console.size
-        live.update(render(model, size.width, size.height, ui), refresh=True)
+        live.update(render_screen(model, size.width, size.height, ui), refresh=True)
     while True:
         now = time.monotonic()
         keys: list[str] = []
@@ -258,8 +258,8 @@ def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: in
         if state != drawn:
             drawn = state
             model.loadavg = None if replay else read_loadavg()
-            live.update(render(model, size.width, size.height, replace(ui, silent_s=silent)),
-                        refresh=True)
+            live.update(render_screen(model, size.width, size.height,
+                                      replace(ui, silent_s=silent)), refresh=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,7 +21,8 @@ between two of its records, so no row ever had a rate. An event that stopped alt
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import operator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -83,9 +84,10 @@ class _Series:
 
     t_ns: int
     values: dict[str, object]
+    counts: tuple  # its counters' values, in ``_Meta.counters`` order
     gen: int  # its event's publish it was last seen in
     acc_dt: int = 0
-    acc: dict[str, int] = field(default_factory=dict)
+    acc: tuple = ()  # the counters' steps summed since the last frame
     rates: dict[str, float] | None = None  # per second, over the last frame with steps
 
 
@@ -111,6 +113,28 @@ class _Publishes:
         return self.gen
 
 
+def _getter(names: tuple[str, ...], default: object) -> Callable[[dict], tuple]:
+    """Return a function of a record's fields returning the ``names`` fields as a tuple,
+    ``default`` for a field it lacks (a decoded record has all; a hand-made one may not).
+
+    Top ingests every record of a 500-cgroup host each second: ``itemgetter`` takes the
+    fields in one C call where a generator of ``dict.get`` took a Python frame per field.
+    """
+    if not names:
+        return lambda f: ()
+    get = operator.itemgetter(*names)
+    one = len(names) == 1
+
+    def values(f: dict) -> tuple:
+        try:
+            v = get(f)
+        except KeyError:
+            return tuple(f.get(n, default) for n in names)
+        return (v,) if one else v
+
+    return values
+
+
 @dataclass(frozen=True, slots=True)
 class _Meta:
     labels: tuple[str, ...]
@@ -118,6 +142,8 @@ class _Meta:
     histogram: str | None
     unit: str
     base: str | None  # for a _dist event: its family's event
+    label_values: Callable[[dict], tuple]
+    counter_values: Callable[[dict], tuple]
 
 
 def _meta() -> dict[str, _Meta]:
@@ -127,9 +153,10 @@ def _meta() -> dict[str, _Meta]:
         counters = tuple(m.name for m in f.scalars if m.kind is Kind.COUNTER)
         h = f.histogram
         out[f.event] = _Meta(labels, counters, h.name if h else None, h.unit if h else "",
-                             None)
+                             None, _getter(labels, None), _getter(counters, 0))
         if f.dist_schema is not None:
-            out[f.dist_schema.name] = _Meta(labels, (), None, "", f.event)
+            out[f.dist_schema.name] = _Meta(labels, (), None, "", f.event,
+                                            _getter(labels, None), _getter((), 0))
     return out
 
 
@@ -182,7 +209,7 @@ class Model:
             if meta is None:
                 continue
             f = r.fields
-            labels = tuple(f.get(n) for n in meta.labels)
+            labels = meta.label_values(f)
             if meta.base is not None:
                 key: tuple = (r.event, labels, f.get("metric"))
             elif meta.histogram is not None:
@@ -203,7 +230,7 @@ class Model:
             elif r.event == _STATUS:
                 self._add_status(r)
             else:
-                self._add_series(r, (r.event, labels), meta.counters)
+                self._add_series(r, (r.event, labels), meta)
 
     def flush(self) -> None:
         """End the open batch: the data went quiet, the agent's tick is complete."""
@@ -226,26 +253,24 @@ class Model:
             name, str(f.get("state", "")), str(f.get("reason", "")),
             str(f.get("last_error", "")), _int(f.get("errors"))))
 
-    def _add_series(self, r: Record, key: tuple, counters: tuple[str, ...]) -> None:
+    def _add_series(self, r: Record, key: tuple, meta: _Meta) -> None:
         gen = self._publishes(key[0]).see(key[1], r.time_ns)
         s = self._series.get(key)
+        counts = meta.counter_values(r.fields)
         if s is None:
-            self._series[key] = _Series(r.time_ns, r.fields, gen)
+            self._series[key] = _Series(r.time_ns, r.fields, counts, gen)
             return
         dt = r.time_ns - s.t_ns
-        prev, cur = s.values, r.fields
         if dt > 0:
-            deltas = [int(cur.get(c, 0)) - int(prev.get(c, 0)) for c in counters]  # type: ignore[call-overload]
-            if min(deltas, default=0) < 0:
+            deltas = tuple(map(operator.sub, counts, s.counts))
+            if deltas and min(deltas) < 0:
                 # The source restarted (agent restart, cgroup re-created): no rate this
                 # step; the new values are the base of the next one.
                 self._resets += 1
             else:
                 s.acc_dt += dt
-                acc = s.acc
-                for c, d in zip(counters, deltas, strict=True):
-                    acc[c] = acc.get(c, 0) + d
-        s.t_ns, s.values, s.gen = r.time_ns, cur, gen
+                s.acc = tuple(map(operator.add, s.acc, deltas)) if s.acc else deltas
+        s.t_ns, s.values, s.counts, s.gen = r.time_ns, r.fields, counts, gen
 
     def _add_dist(self, base: str, labels: tuple, f: dict[str, object]) -> None:
         key = (base, labels, f.get("metric"))
@@ -285,9 +310,10 @@ class Model:
                 continue
             if s.acc_dt > 0:
                 k = 1e9 / s.acc_dt
-                s.rates = {c: d * k for c, d in s.acc.items()}
+                s.rates = dict(zip(_META[key[0]].counters, [d * k for d in s.acc],
+                                   strict=True))
                 s.acc_dt = 0
-                s.acc = {}
+                s.acc = ()
             by_event.setdefault(key[0], []).append((key[1], s))
         self.view = View(
             frame=frame, t_ns=t, dt_s=dt_s,
@@ -347,9 +373,12 @@ def _i(s: _Series, name: str) -> int:
 
 
 def _r(s: _Series, *names: str) -> float | None:
-    if s.rates is None:
+    rates = s.rates
+    if rates is None:
         return None
-    return sum(s.rates.get(n, 0.0) for n in names)
+    if len(names) == 1:
+        return rates.get(names[0], 0.0)
+    return sum(rates.get(n, 0.0) for n in names)
 
 
 def _agent(rows: list[tuple[tuple, _Series]]) -> AgentRow | None:
@@ -468,16 +497,17 @@ def _pressure(labels: tuple, s: _Series) -> PressureRow:
                        min(full / 1e6, 1.0) if full is not None else None)
 
 
-def _cpus_of(ns_per_s: float | None) -> float | None:
-    return ns_per_s / 1e9 if ns_per_s is not None else None
-
-
 def _cgroup(labels: tuple, s: _Series) -> CgroupRow:
-    return CgroupRow(
-        path=str(labels[0]) or "/", cpu=_cpus_of(_r(s, "cpu_usage_ns")),
-        user=_cpus_of(_r(s, "cpu_user_ns")), system=_cpus_of(_r(s, "cpu_system_ns")),
-        throttled=_cpus_of(_r(s, "throttled_ns")), memory_bytes=_i(s, "memory_bytes"),
-        io_read_bps=_r(s, "io_read_bytes"), io_write_bps=_r(s, "io_write_bytes"))
+    # The hottest builder (a Kubernetes node has hundreds of cgroups): one look-up each.
+    path = str(labels[0]) or "/"
+    memory = _i(s, "memory_bytes")
+    rates = s.rates
+    if rates is None:
+        return CgroupRow(path, None, None, None, None, memory, None, None)
+    g = rates.get
+    return CgroupRow(path, g("cpu_usage_ns", 0.0) / 1e9, g("cpu_user_ns", 0.0) / 1e9,
+                     g("cpu_system_ns", 0.0) / 1e9, g("throttled_ns", 0.0) / 1e9, memory,
+                     g("io_read_bytes", 0.0), g("io_write_bytes", 0.0))
 
 
 _QS = np.array([0.5, 0.9, 0.99, 1.0])

@@ -31,6 +31,7 @@ from .top_widgets import (
     _DISK_KEYS,
     _NET_COLS,
     _NET_KEYS,
+    Screen,
     _cpu_share,
     _fit,
     _interval,
@@ -172,6 +173,11 @@ def render(model: Model, width: int, height: int, ui: UiState) -> Text:
 
     Non-interactive (``--once``) output has no key footer and is not padded.
     """
+    return render_screen(model, width, height, ui).text()
+
+
+def render_screen(model: Model, width: int, height: int, ui: UiState) -> Screen:
+    """Return ``render``'s screen as its lines, which the live view draws directly."""
     width = max(width, 20)
     head = _header(model, ui, width)
     foot = [_footer(ui, width)] if ui.interactive else []
@@ -189,8 +195,7 @@ def render(model: Model, width: int, height: int, ui: UiState) -> Text:
                  " (see `rezolus-ue events`)", "dim")]
     if ui.interactive:
         body += [Text()] * (room - len(body))
-    lines = [*head, *body[:room], *foot]
-    return Text("\n", no_wrap=True, overflow="crop").join(lines)
+    return Screen([*head, *body[:room], *foot])
 
 
 def _waiting(model: Model, width: int) -> list[Text]:

@@ -3,11 +3,14 @@ cut lines, tables whose columns drop to fit) that every panel draws with. Pure."
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from rich.console import Console, ConsoleOptions
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Span, Text
 
 from .top_keys import UiState
@@ -328,3 +331,70 @@ _NET_COLS = (
 def _sorted(rows: Sequence, keys: dict[str, Callable], sort: str, label: Callable,
             ui: UiState) -> list:
     return sorted((r for r in rows if _matches(label(r), ui)), key=keys[sort])
+
+
+# --- drawing ---------------------------------------------------------------------------
+
+
+class Screen:
+    """A screen of lines that rich draws as they are: no wrapping, no re-splitting.
+
+    ``render`` joins the lines into one ``Text`` (what tests and ``--once`` print), but
+    rich re-divides such a text into lines and resolves every span against a stack of
+    styles; for the live screen, drawn once a second, that was half of a frame's drawing.
+    Here each line's spans (sorted, not overlapping, as ``_Line`` and ``Text.assemble``
+    make them) become segments directly; any other line is left to rich.
+    """
+
+    __slots__ = ("lines",)
+
+    def __init__(self, lines: list[Text]) -> None:
+        self.lines = lines
+
+    def text(self) -> Text:
+        """Return the screen as one ``Text`` of lines joined by newlines."""
+        return Text("\n", no_wrap=True, overflow="crop").join(self.lines)
+
+    @property
+    def plain(self) -> str:
+        """Return the screen's characters, lines joined by newlines (as ``Text.plain``)."""
+        return "\n".join(line.plain for line in self.lines)
+
+    def __rich_console__(self, console: Console, _options: ConsoleOptions) -> Iterator[Segment]:
+        newline = Segment.line()
+        for k, line in enumerate(self.lines):
+            if k:
+                yield newline
+            yield from _segments(line, console)
+
+
+def _segments(line: Text, console: Console) -> Iterable[Segment]:
+    """Return a line's segments, as ``Text.render`` makes them."""
+    spans = line.spans
+    text = line.plain
+    if not spans and not line.style:
+        return (Segment(text),)
+    base = line.style
+    style = _STYLES.get((base, ""))
+    if style is None:
+        style = _STYLES[base, ""] = console.get_style(base, default=Style.null())
+    out = []
+    at = 0
+    for sp in spans:
+        if sp.start < at or sp.end <= sp.start:  # overlapping or empty: rich's way
+            return line.render(console)
+        if sp.start > at:
+            out.append(Segment(text[at : sp.start], style))
+        st = _STYLES.get((base, sp.style))
+        if st is None:
+            st = _STYLES[base, sp.style] = Style.combine(
+                (style, console.get_style(sp.style, default=Style.null())))
+        out.append(Segment(text[sp.start : sp.end], st))
+        at = sp.end
+    if at < len(text):
+        out.append(Segment(text[at:], style))
+    return out
+
+
+#: Resolved styles by (line style, span style) names: the few a screen uses.
+_STYLES: dict[tuple[object, object], Style] = {}
