@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..metrics import catalog, h2
-from ..metrics.family import Family, Kind
+from ..metrics.family import Cost, Family, Kind
+from ..schema import COST, cheap
 from .records import Record
 from .top_rows import (
     AgentRow,
@@ -57,7 +58,7 @@ def _hist_rank(event: str) -> tuple:
 HISTOGRAM_EVENTS: tuple[str, ...] = tuple(sorted(
     (f.event for f in catalog.FAMILIES if f.histogram is not None), key=_hist_rank))
 
-#: Every event top subscribes to: only what its panels show, so the agent samples nothing
+#: Every event top can show: only what its panels show, so the agent samples nothing
 #: else on top's behalf. The one list; the subscription and the tests use it.
 TOP_EVENTS: tuple[str, ...] = (
     "rezolus_agent",                 # header: agent pid, uptime, records written, its CPU
@@ -72,6 +73,16 @@ TOP_EVENTS: tuple[str, ...] = (
     "rezolus_cgroup",                # top cgroups
     *HISTOGRAM_EVENTS,               # scheduler panel: latency histograms, refresh_us
 )
+
+#: The events of ``TOP_EVENTS`` that cost the host while enabled (``schema.COST``): the
+#: BPF-counted histograms, which top subscribes to only when asked (``--costly``, key c).
+COSTLY_EVENTS: tuple[str, ...] = tuple(e for e in TOP_EVENTS if COST[e] is Cost.COSTLY)
+
+
+def top_events(costly: bool) -> tuple[str, ...]:
+    """Return the events top subscribes to: the cheap ones, and the costly ones too."""
+    return TOP_EVENTS if costly else tuple(cheap(TOP_EVENTS))
+
 
 #: A frame is committed once a batch starts this share of the display interval after the
 #: previous frame: the agent's ticks jitter by a few ms around its publish interval.

@@ -250,14 +250,26 @@ def _sched_block(v: View, width: int, ui: UiState) -> _Block | None:
                 (0, Text("Sched", "bold")), (0, _kv("ctxsw/s", fmt_num(s.ctxsw_s))),
                 (1, _kv("runnable", str(s.running))), (2, _kv("blocked", str(s.blocked))),
                 (3, _kv("forks/s", fmt_num(s.forks_s)))], width))
-        room = lines - len(out)
+        note = not ui.costly and lines > full
+        room = lines - len(out) - note
         if room >= 2 and hists:
             out += _hist_table(hists, width, room)
+        if note:
+            out.append(_fit(Text(COSTLY_OFF, "yellow"), width))
         return out
 
     base = 1 if s is not None else 0
     sizes = (base, *(base + 1 + k for k in range(1, len(hists) + 1)))
+    full = sizes[-1]
+    if not ui.costly:  # the last line to grow: only once every histogram shows
+        sizes = (*sizes, full + 1)
     return _Block(tuple(x for x in sizes if x > 0) or (1,), draw, prio=2)
+
+
+#: Said under the scheduler panel while top does not subscribe to the costly events: what
+#: is missing and how to get it.
+COSTLY_OFF = ("costly latency histograms off (key c, --costly): syscall, run queue, block"
+              " IO, softirq, TCP; their BPF programs run on every such kernel event")
 
 
 def _hist_table(hists: Sequence[HistRow], width: int, lines: int) -> list[Text]:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from rich.text import Text
 
 from .top_keys import INTERVALS, SORTS, UiState
-from .top_model import TOP_EVENTS, Model
+from .top_model import Model, top_events
 from .top_panels import (
     _STATE_STYLE,
     _TROUBLE,
@@ -87,6 +87,8 @@ def _header(model: Model, ui: UiState, width: int) -> list[Text]:
         l2.append((4, _kv("written", fmt_int(a.events_written))))
     l2 += [(3, _kv("every", _interval(ui.interval_s))),
            (5, _kv("sort", "/".join(SORTS[ui.sort].values())))]
+    if not ui.costly:
+        l2.append((5, _kv("costly", "off (c)", "bold yellow")))
     if ui.filter or ui.editing:
         l2.append((0, _kv("filter", repr(ui.filter), "bold cyan")))
     if ui.paused:
@@ -116,7 +118,7 @@ def _psi(rows: Sequence[PressureRow]) -> Text:
 
 
 _KEYS = (("q", "quit"), ("p", "pause"), ("s", "sort"), ("/", "filter"), ("+/-", "interval"),
-         ("e", "samplers"), ("h", "help"))
+         ("e", "samplers"), ("h", "help"), ("c", "costly"))
 
 
 def _footer(ui: UiState, width: int) -> Text:
@@ -140,6 +142,8 @@ _HELP = (
     ("/", "filter rows by label text (Enter keeps, Esc clears)"),
     ("+ / -", "slower / faster refresh (" + ", ".join(_interval(i) for i in INTERVALS) + ")"),
     ("e", "every sampler: state, errors and why (as the agent publishes them)"),
+    ("c", "costly events on/off: the BPF-counted latency histograms, which every"
+     " syscall, switch, IO or packet pays for while on (also --costly)"),
     ("h, ?", "toggle this help"),
     ("", ""),
     ("header", "load averages 1/5/15 min; psi: stalled share of time, some/full tasks"),
@@ -188,7 +192,7 @@ def render_screen(model: Model, width: int, height: int, ui: UiState) -> Screen:
     elif ui.samplers:
         body = _samplers_screen(v, width, room)
     elif not v.frame:
-        body = _waiting(model, width)
+        body = _waiting(model, width, ui)
     else:
         body = _body(v, ui, width, room) or [
             Text("no panel data: the samplers top reads are idle, disabled or unavailable"
@@ -198,11 +202,12 @@ def render_screen(model: Model, width: int, height: int, ui: UiState) -> Screen:
     return Screen([*head, *body[:room], *foot])
 
 
-def _waiting(model: Model, width: int) -> list[Text]:
+def _waiting(model: Model, width: int, ui: UiState) -> list[Text]:
     """Return the body before the first frame: what top waits for and subscribed to."""
     subscribed = model.subscribed
+    wanted = top_events(ui.costly)
     if subscribed is None:
-        head = f"subscribing to {len(TOP_EVENTS)} events..."
+        head = f"subscribing to {len(wanted)} events..."
     elif not subscribed:
         head = ("waiting for the agent: none of top's events is registered (start it:"
                 " sudo rezolus-ue run); top subscribes as soon as they are")
@@ -210,8 +215,8 @@ def _waiting(model: Model, width: int) -> list[Text]:
         head = "waiting for the first records from the agent..."
     out = [Text(head, "bold")]
     if subscribed:
-        missing = [e for e in TOP_EVENTS if e not in subscribed]
-        lines = [f"subscribed to {len(subscribed)} of {len(TOP_EVENTS)} events: "
+        missing = [e for e in wanted if e not in subscribed]
+        lines = [f"subscribed to {len(subscribed)} of {len(wanted)} events: "
                  + ", ".join(subscribed)]
         if missing:
             lines.append("not registered (yet): " + ", ".join(missing)
