@@ -11,8 +11,8 @@ histograms and statuses (one unavailable) and PSI, and times per frame (median o
 
 * ingest: ``Model.ingest`` + ``flush`` of one tick's records (rates, the frame commit);
 * render: ``render()`` building the screen's ``Text``;
-* draw: ``Live(screen=True).update(refresh=True)`` turning it into terminal output
-  (truecolour, to an in-memory file): rich's share.
+* draw: turning it into terminal output (truecolour, to an in-memory file) as top does:
+  ``AltScreen.update`` (before it, rich's ``Live(screen=True).update(refresh=True)``).
 
 At one frame per second the sum is top's CPU share of one core (plus the subscription's
 decoding, measured with the consumer benchmarks). Prints figures; asserts nothing.
@@ -45,7 +45,7 @@ from rich.console import Console  # noqa: E402
 from rich.live import Live  # noqa: E402
 
 from rezolus_ue import schema  # noqa: E402
-from rezolus_ue.consume import top_render  # noqa: E402
+from rezolus_ue.consume import top, top_render  # noqa: E402
 from rezolus_ue.consume.records import Record  # noqa: E402
 from rezolus_ue.consume.top_keys import UiState  # noqa: E402
 from rezolus_ue.consume.top_model import Model  # noqa: E402
@@ -117,10 +117,11 @@ def bench(ncpu: int, width: int, height: int, frames: int,
     out = io.StringIO()
     console = Console(file=out, width=width, height=height, force_terminal=True,
                       color_system="truecolor", legacy_windows=False)
-    # The same path as the real screen: Live in screen mode, refreshed by hand.
-    live = Live(console=console, screen=True, auto_refresh=False, redirect_stdout=False,
-                redirect_stderr=False)
-    live.start()
+    # The same path as the real screen: the revision's own.
+    alt = getattr(top, "AltScreen", None)
+    live = alt(console) if alt else Live(console=console, screen=True, auto_refresh=False,
+                                         redirect_stdout=False, redirect_stderr=False)
+    live.__enter__()
     ui = UiState()
     # What the live screen draws: its lines (a revision before them: the joined text).
     render = getattr(top_render, "render_screen", top_render.render)
@@ -143,7 +144,7 @@ def bench(ncpu: int, width: int, height: int, frames: int,
         t_draw.append(t3 - t2)
     if prof is not None:
         prof.disable()  # type: ignore[attr-defined]
-    live.stop()
+    live.__exit__(None, None, None)
     return {"records": len(ticks[0]),
             "ingest": statistics.median(t_ingest) * 1e3,
             "render": statistics.median(t_render) * 1e3,

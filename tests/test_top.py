@@ -866,3 +866,34 @@ def test_costly_option_in_the_cli() -> None:
 
     assert build_parser().parse_args(["top", "--costly"]).costly
     assert not build_parser().parse_args(["top"]).costly
+
+
+# --- drawing ---------------------------------------------------------------------------------
+
+
+def _ansi(segments: object) -> str:
+    return "".join(s.style.render(s.text) if s.style else s.text for s in segments)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("line", [
+    Text("plain"),
+    Text("all bold", "bold"),
+    Text.assemble(("CPU ", "bold"), ("42%", "bold red"), " tail"),
+    Text("base and span", "dim", spans=[tw.Span(4, 7, "red")]),
+    Text("overlapping", spans=[tw.Span(0, 6, "red"), tw.Span(3, 9, "bold")]),
+])
+def test_screen_segments_are_richs(line: Text) -> None:
+    """As rich draws the line inside the joined screen (where its style is a span)."""
+    con = Console(width=40, force_terminal=True, color_system="truecolor")
+    assert _ansi(tw._segments(line, con)) == _ansi(Text("\n").join([line]).render(con))
+
+
+def test_screen_draws_each_line_once_cut_to_the_width() -> None:
+    con = Console(width=10, height=3, force_terminal=True, color_system="truecolor")
+    scr = tw.Screen([Text.assemble(("cpu", "bold"), " 42%"), Text("x" * 12),
+                     Text("界" * 6)])
+    assert scr.ansi(con, 10, 3) == ("\x1b[H\x1b[1mcpu\x1b[0m 42%\x1b[K\r\n" + "x" * 10
+                                    + "\x1b[K\r\n" + "界" * 5 + "\x1b[K\x1b[J")
+    assert scr.plain == "cpu 42%\n" + "x" * 12 + "\n" + "界" * 6
+    mono = Console(width=10, height=3, force_terminal=True, color_system=None)
+    assert scr.ansi(mono, 10, 2) == "\x1b[Hcpu 42%\x1b[K\r\n" + "x" * 10 + "\x1b[K\x1b[J"

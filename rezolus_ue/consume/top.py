@@ -10,7 +10,7 @@ Three parts, only the last does I/O:
   exactly the screen's lines from the latest view, and the next UI state;
 * ``run`` (this module) polls the record source (live, or a recording paced as it was
   recorded), reads keys from stdin in cbreak mode (restoring the terminal on any exit)
-  and redraws a ``Live(screen=True, auto_refresh=False)``.
+  and redraws the alternate screen (``AltScreen``).
 """
 
 from __future__ import annotations
@@ -69,6 +69,30 @@ def read_keys(fd: int, timeout_s: float = 0.0) -> list[str]:
     except (BlockingIOError, InterruptedError):
         return []
     return split_keys(data.decode(errors="replace"))
+
+
+class AltScreen:
+    """The terminal's alternate screen, redrawn whole from each ``Screen`` (as
+    ``Live(screen=True, auto_refresh=False)`` with ``update(refresh=True)``, which the
+    loop's tests stand in for): the cursor hidden meanwhile, both restored on exit."""
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+
+    def __enter__(self) -> AltScreen:
+        self.console.set_alt_screen(True)
+        self.console.show_cursor(False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.console.show_cursor(True)
+        self.console.set_alt_screen(False)
+
+    def update(self, screen: Any, refresh: bool = True) -> None:
+        """Draw ``screen`` (a ``top_widgets.Screen``) at once."""
+        size = self.console.size
+        self.console.file.write(screen.ansi(self.console, size.width, size.height))
+        self.console.file.flush()
 
 
 class Paced:
@@ -180,7 +204,6 @@ def _run_once(model: Model, wait: bool, source: str | None = None,
 
 def _run_live(model: Model, ui: UiState, wait: bool, source: str | None = None) -> int:
     from rich.console import Console
-    from rich.live import Live
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise RezolusError("top needs a terminal; for a snapshot in scripts use --once")
@@ -202,7 +225,7 @@ def _run_live(model: Model, ui: UiState, wait: bool, source: str | None = None) 
     old_term = signal.signal(signal.SIGTERM, on_term)
     subs = [sub]  # the loop replaces it once the agent appears; closed here either way
     try:
-        with cbreak(fd), Live(console=console, screen=True, auto_refresh=False) as live:
+        with cbreak(fd), AltScreen(console) as live:
             _loop(subs, model, ui, live, console, fd, replay=source is not None)
     except KeyboardInterrupt:
         pass

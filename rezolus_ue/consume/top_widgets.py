@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from rich.console import Console, ConsoleOptions
+from rich.console import COLOR_SYSTEMS, Console, ConsoleOptions
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Span, Text
@@ -337,13 +337,14 @@ def _sorted(rows: Sequence, keys: dict[str, Callable], sort: str, label: Callabl
 
 
 class Screen:
-    """A screen of lines that rich draws as they are: no wrapping, no re-splitting.
+    """A screen of lines, drawn as they are: no wrapping, no re-splitting.
 
     ``render`` joins the lines into one ``Text`` (what tests and ``--once`` print), but
-    rich re-divides such a text into lines and resolves every span against a stack of
-    styles; for the live screen, drawn once a second, that was half of a frame's drawing.
-    Here each line's spans (sorted, not overlapping, as ``_Line`` and ``Text.assemble``
-    make them) become segments directly; any other line is left to rich.
+    rich re-divides such a text into lines, resolves every span against a stack of styles
+    and, in ``Live(screen=True)``, crops and pads every line twice: at 128 CPUs that was
+    most of a frame. Here each line's spans (sorted, not overlapping, as ``_Line`` and
+    ``Text.assemble`` make them) become segments directly (any other line is left to
+    rich), and ``ansi`` turns them into the terminal's output in one pass.
     """
 
     __slots__ = ("lines",)
@@ -354,6 +355,29 @@ class Screen:
     def text(self) -> Text:
         """Return the screen as one ``Text`` of lines joined by newlines."""
         return Text("\n", no_wrap=True, overflow="crop").join(self.lines)
+
+    def ansi(self, console: Console, width: int, height: int) -> str:
+        """Return the terminal output that draws the screen from the top-left corner:
+        each line cut to ``width`` cells and erased to its end, the rest erased below.
+        Styles are written as rich writes them, in ``console``'s colour system."""
+        system = COLOR_SYSTEMS.get(console.color_system or "")
+        no_color = console.no_color
+        out = ["\x1b[H"]
+        for k, line in enumerate(self.lines[:height]):
+            if k:
+                out.append("\r\n")
+            if line.cell_len > width:  # a wide character in a label: cut by cells
+                line = line.copy()
+                line.truncate(width, overflow="crop")
+            for text, style, _control in _segments(line, console):
+                if style and system is not None:
+                    out.append((style.without_color if no_color else style).render(
+                        text, color_system=system))
+                else:
+                    out.append(text)
+            out.append("\x1b[K")
+        out.append("\x1b[J")
+        return "".join(out)
 
     @property
     def plain(self) -> str:
