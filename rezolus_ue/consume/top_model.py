@@ -95,7 +95,8 @@ class _Series:
 
     t_ns: int
     values: dict[str, object]
-    counts: tuple  # its counters' values, in ``_Meta.counters`` order
+    counts: tuple  # its counters' values, in ``names`` order
+    names: tuple[str, ...]  # its event's counters (``_Meta.counters``)
     gen: int  # its event's publish it was last seen in
     acc_dt: int = 0
     acc: tuple = ()  # the counters' steps summed since the last frame
@@ -269,7 +270,7 @@ class Model:
         s = self._series.get(key)
         counts = meta.counter_values(r.fields)
         if s is None:
-            self._series[key] = _Series(r.time_ns, r.fields, counts, gen)
+            self._series[key] = _Series(r.time_ns, r.fields, counts, meta.counters, gen)
             return
         dt = r.time_ns - s.t_ns
         if dt > 0:
@@ -315,17 +316,26 @@ class Model:
         frame = self.view.frame + 1
         dt_s = (t - self._frame_t) / 1e9 if self._frame_t is not None else None
         by_event: dict[str, list[tuple[tuple, _Series]]] = {}
-        for key, s in list(self._series.items()):
-            if self._gone(self._pubs[key[0]], s.gen, s.t_ns, t):
-                del self._series[key]  # the device/cgroup went away, or its sampler stopped
+        gone = []
+        pubs = self._pubs
+        for key, s in self._series.items():
+            event, labels = key
+            pub = pubs[event]
+            # _gone, inlined: this loop visits every CPU and cgroup of the host.
+            if pub.gen - s.gen >= 2 or (pub.period_ns and t - s.t_ns > 3 * max(
+                    pub.period_ns, self.interval_ns)):
+                gone.append(key)  # the device/cgroup went away, or its sampler stopped
                 continue
             if s.acc_dt > 0:
-                k = 1e9 / s.acc_dt
-                s.rates = dict(zip(_META[key[0]].counters, [d * k for d in s.acc],
-                                   strict=True))
+                s.rates = dict(zip(s.names, map((1e9 / s.acc_dt).__mul__, s.acc), strict=True))
                 s.acc_dt = 0
                 s.acc = ()
-            by_event.setdefault(key[0], []).append((key[1], s))
+            rows = by_event.get(event)
+            if rows is None:
+                rows = by_event[event] = []
+            rows.append((labels, s))
+        for key in gone:
+            del self._series[key]
         self.view = View(
             frame=frame, t_ns=t, dt_s=dt_s,
             events_per_s=self._frame_records / dt_s if dt_s else None,
@@ -410,10 +420,13 @@ _CPU_STATES = ("user_ns", "nice_ns", "system_ns", "idle_ns", "iowait_ns", "irq_n
                "softirq_ns", "steal_ns")
 
 
+_NO_TIME = (0.0,) * len(_CPU_STATES)
+
+
 def _cpu_row(cpu: int, rates: dict[str, float] | None, busy_ppm: int | None,
              peak_ppm: int | None) -> CpuRow:
     peak = peak_ppm / 1e6 if peak_ppm is not None else None
-    total = sum(rates.get(k, 0.0) for k in _CPU_STATES) if rates else 0.0
+    total = sum(map(rates.get, _CPU_STATES, _NO_TIME)) if rates else 0.0
     if not rates or total <= 0:
         # No time deltas yet (first frame): the agent's own busy share of its last period.
         busy = busy_ppm / 1e6 if busy_ppm is not None else None

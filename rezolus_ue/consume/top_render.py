@@ -38,6 +38,7 @@ from .top_widgets import (
     _items,
     _kv,
     _sorted,
+    beside,
     fmt_bytes,
     fmt_int,
     fmt_num,
@@ -249,15 +250,9 @@ def _body(v: View, ui: UiState, width: int, height: int) -> list[Text]:
         if any(rblocks):
             lcol = _stack(left(lw), lw, height)
             rcol = _stack(rblocks, rw, height)
-            out = []
-            for i in range(max(len(lcol), len(rcol))):
-                line = lcol[i].copy() if i < len(lcol) else Text()
-                line.align("left", lw)
-                line.append(" │ ", "dim")
-                if i < len(rcol):
-                    line.append_text(rcol[i])
-                out.append(line)
-            return out
+            return [beside(lcol[i] if i < len(lcol) else Text(), lw,
+                           rcol[i] if i < len(rcol) else None)
+                    for i in range(max(len(lcol), len(rcol)))]
     cpu, mem, sched = left(width)
     return _stack([cpu, mem, _samplers_block(v, width, 1), sched, *right(width)], width,
                   height)

@@ -3,11 +3,13 @@ cut lines, tables whose columns drop to fit) that every panel draws with. Pure."
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from rich.cells import cell_len
 from rich.console import COLOR_SYSTEMS, Console, ConsoleOptions
 from rich.segment import Segment
 from rich.style import Style
@@ -190,9 +192,37 @@ def _spark(counts: np.ndarray, width: int) -> Text:
     return Text(chars.ljust(width), "cyan")
 
 
+#: A character other than ASCII and those top draws (bars, sparklines, rules, marks),
+#: which are one cell each.
+_WIDE = re.compile("[^\x00-\x7f█▁▂▃▄▅▆▇│↑▕▏…·▼]")
+
+
+def cells(s: str) -> int:
+    """Return how many terminal cells ``s`` takes.
+
+    rich's ``cell_len`` measures a string with any block or box character one character
+    at a time (36 us for a line of CPU bars, every line of every frame); a line of ASCII
+    and top's own glyphs is measured at once. Labels from the kernel (a cgroup's name may
+    hold wide characters) still go to rich.
+    """
+    return len(s) if s.isascii() or _WIDE.search(s) is None else cell_len(s)
+
+
 def _fit(t: Text, width: int) -> Text:
-    t.truncate(width, overflow="ellipsis")
+    if cells(t.plain) > width:
+        t.truncate(width, overflow="ellipsis")
     return t
+
+
+def beside(left: Text, width: int, right: Text | None) -> Text:
+    """Return one line of two columns: ``left`` (extended in place) padded to ``width``
+    cells, a rule, then ``right``. As ``align`` and ``append_text`` make it, without
+    measuring or sanitising the whole line again (rich's ``copy`` and ``pad_right`` do)."""
+    left.append(" " * (width - cells(left.plain)))
+    left.append(" │ ", "dim")
+    if right is not None:
+        left.append_text(right)
+    return left
 
 
 def _ltrunc(s: str, width: int) -> str:
@@ -366,7 +396,7 @@ class Screen:
         for k, line in enumerate(self.lines[:height]):
             if k:
                 out.append("\r\n")
-            if line.cell_len > width:  # a wide character in a label: cut by cells
+            if cells(line.plain) > width:  # a wide character in a label: cut by cells
                 line = line.copy()
                 line.truncate(width, overflow="crop")
             for text, style, _control in _segments(line, console):
