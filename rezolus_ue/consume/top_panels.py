@@ -113,14 +113,14 @@ def _cpu_bars(cpus: Sequence[CpuRow], width: int, cols: int) -> list[Text]:
                         (cpu.irq or 0, "magenta"), (cpu.steal or 0, "cyan")]
             else:
                 segs = [(cpu.busy or 0, "green")]
-            line.append(f"{cpu.cpu:>{label_w}}", "dim")
-            line.append("[")
-            _bar(line, bar_w, segs, cpu.peak)
-            line.append("]")
-            line.append(fmt_pct(cpu.busy).rjust(6), "bold" if (cpu.busy or 0) >= 0.9 else "")
+            pieces = [(f"{cpu.cpu:>{label_w}}", "dim"), ("[", "")]
+            _bar(pieces, bar_w, segs, cpu.peak)
+            pieces += [("]", ""), (fmt_pct(cpu.busy).rjust(6),
+                                   "bold" if (cpu.busy or 0) >= 0.9 else "")]
             if show_peak:
                 peak = f"↑{cpu.peak * 100:.0f}%" if cpu.peak is not None else ""
-                line.append(peak.rjust(6), "yellow")
+                pieces.append((peak.rjust(6), "yellow"))
+            line.extend(pieces)
             if c < cols - 1:
                 line.append(" " * (cell * (c + 1) - line.cell_len))
         out.append(_fit(line.text(), width))
@@ -169,8 +169,9 @@ def _memory_block(v: View, width: int) -> _Block | None:
         l1 = Text.assemble(head)
         if bar_w >= 8:
             bar = _Line()
-            bar.append("[")
-            _bar(bar, bar_w, [(share, _level_style(share))])
+            pieces = [("[", "")]
+            _bar(pieces, bar_w, [(share, _level_style(share))])
+            bar.extend(pieces)
             bar.append("] ")
             l1.append_text(bar.text())
         l1 = _items([(0, l1 + used_t), (1, extra[0]), (2, extra[1])], width)

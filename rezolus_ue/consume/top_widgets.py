@@ -144,6 +144,18 @@ class _Line:
             self._parts.append(s)
             self._n += len(s)
 
+    def extend(self, pieces: Iterable[tuple[str, str]]) -> None:
+        """Append ``(text, style)`` pieces: ``append`` without a call per piece (a row of
+        CPU bars has a hundred)."""
+        parts, spans, n = self._parts, self._spans, self._n
+        for s, style in pieces:
+            if s:
+                if style:
+                    spans.append(Span(n, n + len(s), style))
+                parts.append(s)
+                n += len(s)
+        self._n = n
+
     @property
     def cell_len(self) -> int:
         return self._n  # every piece is single-width: ASCII, box and block characters
@@ -157,9 +169,10 @@ def _clean(s: str) -> str:
     return s if s.isprintable() else "".join(c if c.isprintable() else "?" for c in s)
 
 
-def _bar(out: _Line, width: int, segments: Sequence[tuple[float, str]],
+def _bar(out: list[tuple[str, str]], width: int, segments: Sequence[tuple[float, str]],
          peak: float | None = None, empty: str = " ") -> None:
-    """Append a bar of ``width`` cells filled by ``(share, style)`` segments in order.
+    """Add to ``out`` the pieces of a bar of ``width`` cells filled by ``(share, style)``
+    segments in order (for ``_Line.extend``).
 
     ``peak`` (a share) marks the interval's maximum with ``|`` when it lies past the fill.
     """
@@ -169,15 +182,15 @@ def _bar(out: _Line, width: int, segments: Sequence[tuple[float, str]],
         acc += max(share, 0.0)
         end = min(width, round(acc * width))
         if end > done:
-            out.append("█" * (end - done), style)
+            out.append(("█" * (end - done), style))
             done = end
     if peak is not None and width > 0:
         at = min(width - 1, max(0, round(peak * width) - 1))
         if at >= done:
-            out.append(empty * (at - done), "dim")
-            out.append("|", "bold yellow")
+            out.append((empty * (at - done), "dim"))
+            out.append(("|", "bold yellow"))
             done = at + 1
-    out.append(empty * (width - done), "dim")
+    out.append((empty * (width - done), "dim"))
 
 
 def _spark(counts: np.ndarray, width: int) -> Text:
@@ -270,14 +283,20 @@ def _table(title: str, cols: Sequence[_Col], rows: Sequence[object], width: int,
         head.append((c.header + ("▼" if sorted_here else "")).rjust(c.width),
                     "bold reverse" if sorted_here else "bold")
     out = [_fit(head.text(), width)]
-    first = cols[0]
+    first, rest = cols[0], cols[1:]
     for r in shown:
-        line = _Line()
+        # Unstyled cells are one piece with the space before them: a cgroup table of 50
+        # rows and 9 columns is most of a frame's pieces.
         name = first.fit(r, flex) if first.fit else _ltrunc(_clean(first.cell(r)), flex)
-        line.append(name.ljust(flex))
-        for c in cols[1:]:
-            line.append(" ")
-            line.append(c.cell(r).rjust(c.width), c.style(r) if c.style else "")
+        pieces = [(name.ljust(flex), "")]
+        for c in rest:
+            style = c.style(r) if c.style else ""
+            if style:
+                pieces += [(" ", ""), (c.cell(r).rjust(c.width), style)]
+            else:
+                pieces.append((" " + c.cell(r).rjust(c.width), ""))
+        line = _Line()
+        line.extend(pieces)
         out.append(_fit(line.text(), width))
     return out
 
