@@ -216,8 +216,10 @@ class Model:
 
     def ingest(self, records: Iterable[Record]) -> None:
         """Add records (in time order), committing frames as batches complete."""
+        meta_of = _META.get
+        batch = self._batch  # cleared, never replaced, when a batch ends
         for r in records:
-            meta = _META.get(r.event)
+            meta = meta_of(r.event)
             if meta is None:
                 continue
             f = r.fields
@@ -228,11 +230,11 @@ class Model:
                 key = (r.event, labels, f.get("part", 0))
             else:
                 key = (r.event, labels)
-            if key in self._batch:
+            if key in batch:
                 self._end_batch()
             if self._batch_t is None:
                 self._batch_t = r.time_ns
-            self._batch.add(key)
+            batch.add(key)
             self._records += 1
             self._frame_records += 1
             if meta.base is not None:
@@ -242,7 +244,7 @@ class Model:
             elif r.event == _STATUS:
                 self._add_status(r)
             else:
-                self._add_series(r, (r.event, labels), meta)
+                self._add_series(r, key, meta)
 
     def flush(self) -> None:
         """End the open batch: the data went quiet, the agent's tick is complete."""
@@ -266,7 +268,8 @@ class Model:
             str(f.get("last_error", "")), _int(f.get("errors"))))
 
     def _add_series(self, r: Record, key: tuple, meta: _Meta) -> None:
-        gen = self._publishes(key[0]).see(key[1], r.time_ns)
+        pub = self._pubs.get(key[0]) or self._publishes(key[0])
+        gen = pub.see(key[1], r.time_ns)
         s = self._series.get(key)
         counts = meta.counter_values(r.fields)
         if s is None:
