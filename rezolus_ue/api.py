@@ -34,9 +34,10 @@ SETTLE_MS = 50
 
 def subscribe(patterns: str | Iterable[str] | None = None,
               source: str | os.PathLike[str] | None = None, *,
-              wait: bool = True) -> Iterator[Record]:
+              wait: bool = True, costly: bool = False) -> Iterator[Record]:
     """Yield the records of the events matching ``patterns`` (names or shell globs; None:
-    every rezolus-ue event), in time order.
+    every cheap rezolus-ue event, and the costly ones too with ``costly``, as
+    ``resolve_events``), in time order. A recording's events all cost nothing to read.
 
     ``source`` None: the live tracepoints, until the caller stops iterating (closing the
     generator releases the perf events); waits for the agent unless ``wait`` is false.
@@ -46,7 +47,7 @@ def subscribe(patterns: str | Iterable[str] | None = None,
     """
     if isinstance(patterns, str):
         patterns = [patterns]
-    events = resolve_events(patterns)
+    events = resolve_events(patterns, costly=costly or source is not None)
     with open_source(source, events, wait=wait) as src:
         while not src.exhausted:
             yield from src.poll(POLL_MS, SETTLE_MS)

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from .config import Option, render_default
-from .schema import EVENTS, MAX_PAYLOAD, EventSchema
+from .metrics.family import Cost
+from .schema import COST, EVENTS, MAX_PAYLOAD, EventSchema
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,10 +42,30 @@ def event_reference() -> str:
         "the record, as the event's tracefs `format` file does. No record exceeds",
         f"{MAX_PAYLOAD} bytes of payload (ftrace and perf drop larger ones silently).",
         "",
+        "Cost: every event is *cheap* (read on the agent's clock from procfs, sysfs,",
+        "netlink or perf counters: nothing is paid per kernel event) or *costly* (counted",
+        "by BPF programs on a hot path, which every syscall, context switch, softirq, IO or",
+        "packet pays for while a consumer has the event enabled; measured per hook and on",
+        "workloads in docs/PERFORMANCE.md, sections bpf_hooks and overhead). `top`, `tail`,",
+        "`record`, `exporter` and `rezolus_ue.subscribe()` subscribe to the cheap events",
+        "only, unless asked: `--costly` (`costly=True`), or naming the events. The costly",
+        "ones: " + ", ".join(f"`{e.name}`" for e in EVENTS if COST[e.name] is Cost.COSTLY)
+        + ".",
+        "",
     ]
     for e in EVENTS:
         out += _event(e)
     return "\n".join(out)
+
+
+#: An event's cost class as the reference says it (``metrics.family.Cost``).
+_COST_TEXT = {
+    Cost.CHEAP: "cheap (read on the agent's clock: nothing per kernel event)",
+    Cost.COSTLY: "**costly** (BPF programs on a hot path: every such kernel event pays"
+                 " while a consumer has it enabled; docs/PERFORMANCE.md, sections bpf_hooks"
+                 " and overhead). Consumers subscribe to it only when asked: `--costly`, or"
+                 " its name for `tail` and `record`",
+}
 
 
 def _event(e: EventSchema) -> list[str]:
@@ -54,6 +75,7 @@ def _event(e: EventSchema) -> list[str]:
         e.description,
         "",
         f"- sampler: `{e.sampler}` (config section `[samplers.{e.sampler}]`)",
+        f"- cost: {_COST_TEXT[COST[e.name]]}",
         f"- cadence: {e.cadence}",
         f"- watch: `perf record -e user_events:{e.name} -a -- sleep 5 && perf script`",
         "",

@@ -17,7 +17,7 @@ from .agent import RUNTIME_DIR, read_status
 from .errors import RezolusError
 from .samplers import REGISTRY
 from .samplers.bpf_sampler import BpfSampler
-from .schema import EVENTS, GROUPS, EventSchema
+from .schema import COST, EVENTS, GROUPS, EventSchema
 
 #: Why a sampler that is not a BPF sampler is in each status (when it gave no reason).
 _WHY = {"idle": "no consumer: not sampling", "active": "a consumer is listening: sampling"}
@@ -27,6 +27,31 @@ BPF_NOTE = ("BPF programs are loaded and attached only while a consumer has one 
             " sampler's events enabled (collect = \"on-demand\"), and detached and unloaded"
             " within one publish interval after the last consumer leaves; while attached,"
             " `bpftool prog show` lists them.")
+
+
+#: Printed under the event table: what the cost column means and what consumers do.
+COST_NOTE = ("cost: cheap events are read on the agent's clock (procfs, sysfs, netlink, perf"
+             " counters); costly ones are counted by BPF programs that every syscall,"
+             " context switch, softirq, IO or packet pays for while a consumer has them"
+             " enabled (measured: docs/PERFORMANCE.md). top, tail, record and exporter"
+             " subscribe to cheap events only unless given --costly (or, for tail and"
+             " record, the events' names).")
+
+
+def event_table(group: str, transport: str,
+                state: Mapping[str, tuple[str, str, str]]) -> Table:
+    """Return the event table: each event's sampler and cost, and from ``state`` whether
+    it is registered and enabled and by which consumers ("?" for an event it lacks)."""
+    table = Table(title=f"rezolus-ue events (tracepoints {group}:<name>, transport"
+                  f" {transport})", title_justify="left")
+    table.add_column("event", no_wrap=True)
+    for col in ("sampler", "cost", "registered", "enabled", "consumers"):
+        table.add_column(col)
+    for e in EVENTS:
+        cost = COST[e.name].value
+        table.add_row(e.name, e.sampler, cost, *state.get(e.name, ("?", "?", "-")),
+                      style="yellow" if cost == "costly" else None)
+    return table
 
 
 def watch_commands(event: EventSchema, tracefs: Path, group: str = GROUPS["user_events"]
@@ -159,11 +184,7 @@ def show_events(commands_only: bool = False) -> int:
                 con.print(cmd, soft_wrap=True)
         return 0
     samplers = agent["samplers"] if agent else {}
-    table = Table(title=f"rezolus-ue events (tracepoints {group}:<name>, transport"
-                  f" {transport})", title_justify="left")
-    table.add_column("event", no_wrap=True)
-    for col in ("sampler", "registered", "enabled", "consumers"):
-        table.add_column(col)
+    state: dict[str, tuple[str, str, str]] = {}
     for e in EVENTS:
         st = status.events.get(e.name) if status else None
         there = (e.name in defined) if defined is not None else st is not None
@@ -174,13 +195,10 @@ def show_events(commands_only: bool = False) -> int:
                 enabled = "yes" if tfs.is_enabled(group, e.name) else "no"
             except TracefsError:
                 enabled = "?"
-        table.add_row(
-            e.name, e.sampler,
-            "yes" if there else ("no" if known else "?"),
-            enabled,
-            ", ".join(st.consumers) if st and st.consumers else "-",
-        )
-    con.print(table)
+        state[e.name] = ("yes" if there else ("no" if known else "?"), enabled,
+                         ", ".join(st.consumers) if st and st.consumers else "-")
+    con.print(event_table(group, transport, state))
+    con.print(COST_NOTE)
     if samplers:
         con.print(sampler_table(agent))
         if any(bpf_state(n, i) != "-" for n, i in samplers.items()):

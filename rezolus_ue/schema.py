@@ -28,6 +28,7 @@ from .encoding import (  # noqa: F401 - re-exported: the encoding vocabulary
     char_array,
 )
 from .metrics import catalog
+from .metrics.family import Cost
 
 #: The tracepoint group of each transport (``[agent] transport``): the same events,
 #: ``user_events:<name>`` or ``rezolus_ue:<name>``.
@@ -36,8 +37,17 @@ GROUPS: dict[str, str] = {"user_events": "user_events", "uprobe": "rezolus_ue"}
 #: Every event, in documentation order.
 EVENTS: tuple[EventSchema, ...] = tuple(s for f in catalog.FAMILIES for s in f.schemas)
 
+#: Each event's cost class, by name: its family's ``cost`` (``metrics.family.Cost``).
+COST: dict[str, Cost] = {s.name: f.cost for f in catalog.FAMILIES for s in f.schemas}
+
 CPU_USAGE = catalog.CPU_USAGE.schema
 AGENT = catalog.AGENT.schema
+
+
+def cheap(names: Iterable[str]) -> list[str]:
+    """Return the cheap events of ``names``, in order: what a consumer subscribes to
+    unless the user asks for costly ones."""
+    return [n for n in names if COST.get(n) is not Cost.COSTLY]
 
 
 def by_name(events: Iterable[EventSchema] = EVENTS) -> dict[str, EventSchema]:

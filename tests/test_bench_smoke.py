@@ -83,12 +83,14 @@ def test_all_extracts_figures_and_renders_the_table() -> None:
         "publish": "enable-word read (word.value) + branch     35.2 ns\n",
         "publish_vm": "enable-word read (word.value) + branch    996.6 ns\n"
                       "ratio write / devnull                        1.95 x   (target <= 3x)\n",
-        "top": "    64  200x60      900   1.00ms   2.00ms   3.00ms   6.00ms     0.60%\n",
+        "top": "   64      50  200x60      900   1.00ms   2.00ms   3.00ms   6.00ms     0.60%\n"
+               "  128     500  200x60     1800   2.00ms   3.00ms   4.00ms   9.00ms     0.90%\n",
     }
     rows = {f.name: v for f, v in all_.extract(outputs)}
     assert rows["disabled check (enable-word read + branch)"] == "35.2 ns"
     assert rows["enabled write / same-size writev to /dev/null (in the VM)"] == "1.95 x"
     assert rows["top: one frame, 64 CPUs, 200x60 (ingest + render + draw)"] == "6.00 ms"
+    assert rows["top: one frame, 128 CPUs, 500 cgroups, 200x60"] == "9.00 ms"
     assert rows["agent CPU, no consumer"] == "not run"
     no_vm = {f.name: v for f, v in all_.extract({"publish": outputs["publish"]})}
     assert no_vm["enabled write / same-size writev to /dev/null (in the VM)"] == (

@@ -7,7 +7,15 @@ import re
 import pytest
 from rich.console import Console
 
-from rezolus_ue.events_cmd import BPF_NOTE, bpf_state, bpf_why, sampler_rows, sampler_table
+from rezolus_ue.events_cmd import (
+    BPF_NOTE,
+    COST_NOTE,
+    bpf_state,
+    bpf_why,
+    event_table,
+    sampler_rows,
+    sampler_table,
+)
 
 #: status.json of an agent with one procfs and one BPF sampler in every state they take.
 STATUS = {
@@ -83,3 +91,21 @@ def test_table_renders_every_sampler() -> None:
     line = next(ln for ln in text.splitlines() if "network" in ln)
     assert re.search(r"network\s+│ failed\s+│\s+7 │.*ValueError: bad rtnetlink reply", line), line
     assert "on-demand" in BPF_NOTE
+
+
+def test_event_table_shows_each_events_cost() -> None:
+    con = Console(width=160, color_system=None, record=True)
+    con.print(event_table("user_events", "user_events",
+                          {"rezolus_cpu_usage": ("yes", "no", "-")}))
+    lines = con.export_text().splitlines()
+    assert re.search(r"event\s+┃ sampler\s+┃ cost\s+┃ registered", "\n".join(lines))
+
+    def row(event: str) -> list[str]:
+        line = next(ln for ln in lines if f" {event} " in ln)
+        return [c.strip() for c in line.strip("│ ").split("│")]
+
+    assert row("rezolus_cpu_usage") == ["rezolus_cpu_usage", "cpu_usage", "cheap", "yes",
+                                        "no", "-"]
+    assert row("rezolus_syscall_latency")[1:3] == ["syscall", "costly"]
+    assert row("rezolus_syscall_latency")[3:] == ["?", "?", "-"]  # no state: unknown
+    assert "--costly" in COST_NOTE and "docs/PERFORMANCE.md" in COST_NOTE

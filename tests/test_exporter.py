@@ -32,7 +32,7 @@ from rezolus_ue.consume.records import Record
 from rezolus_ue.errors import ConfigError, RezolusError
 from rezolus_ue.metrics import catalog, h2
 from rezolus_ue.metrics.family import Family, Kind, Oversampler, histogram_records
-from rezolus_ue.schema import by_name
+from rezolus_ue.schema import by_name, cheap
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -964,7 +964,8 @@ def test_run_serves_and_stops_on_signal(scripted: type[ScriptedSubscription],
     assert ex.run(args) == 0
     sub = scripted.made[0]
     assert sub.wait and sub.closed and sub.polls == 3
-    assert len(sub.wanted) == len(SCHEMAS)  # every event, _dist included
+    # Every cheap event, _dist included: a service scraped for ever attaches no BPF.
+    assert sub.wanted == cheap(SCHEMAS) and len(sub.wanted) < len(SCHEMAS)
     fams = parse(sub.scraped.decode())
     assert one(fams, "rezolus_cpu_usage_busy_ratio", cpu="1") == 0.5
     assert before == {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -979,6 +980,13 @@ def test_run_no_wait_and_no_dist(scripted: type[ScriptedSubscription]) -> None:
     sub = scripted.made[0]
     assert not sub.wait
     assert sub.wanted and not [e for e in sub.wanted if e.endswith("_dist")]
+
+
+def test_run_costly_follows_every_event(scripted: type[ScriptedSubscription]) -> None:
+    args = parser().parse_args(["exporter", "--listen", f"127.0.0.1:{scripted.port}",
+                                "--no-wait", "--costly"])
+    assert ex.run(args) == 0
+    assert scripted.made[0].wanted == list(SCHEMAS)
 
 
 def test_run_signal_while_waiting_for_the_agent(monkeypatch: pytest.MonkeyPatch) -> None:

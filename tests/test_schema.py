@@ -401,3 +401,34 @@ def test_declared_event_round_trip(ev: S.EventSchema) -> None:
     payload = ev.pack(*values.values())
     assert len(payload) == ev.max_payload
     assert ev.unpack(payload) == values
+
+
+# --- cost classes ----------------------------------------------------------------------
+
+
+def test_cost_class_is_costly_exactly_for_the_bpf_samplers_events() -> None:
+    """Each family declares its cost once; a BPF sampler's events are the costly ones
+    (a new BPF sampler that forgets the declaration fails here), its _dist too."""
+    from rezolus_ue.metrics.family import Cost
+    from rezolus_ue.samplers.bpf_sampler import BpfSampler
+
+    assert set(S.COST) == {e.name for e in S.EVENTS}
+    for f in catalog.FAMILIES:
+        bpf = issubclass(REGISTRY[f.sampler], BpfSampler)
+        assert f.cost is (Cost.COSTLY if bpf else Cost.CHEAP), f.event
+        assert {S.COST[s.name] for s in f.schemas} == {f.cost}
+    costly = [e for e, c in S.COST.items() if c is Cost.COSTLY]
+    assert "rezolus_syscall_latency" in costly and "rezolus_scheduler_runqueue_latency" in costly
+    assert S.cheap(["rezolus_syscall", "rezolus_cpu_usage", "rezolus_cpu_usage_dist"]) == [
+        "rezolus_cpu_usage", "rezolus_cpu_usage_dist"]
+
+
+def test_consumers_resolve_to_cheap_events_unless_asked() -> None:
+    from rezolus_ue.consume.subscription import resolve_events
+
+    every = [e.name for e in S.EVENTS]
+    assert resolve_events(None) == S.cheap(every) and len(S.cheap(every)) < len(every)
+    assert resolve_events(None, costly=True) == every
+    # A pattern is the user asking: what it names comes, costly or not.
+    assert resolve_events(["rezolus_syscall*"]) == ["rezolus_syscall",
+                                                   "rezolus_syscall_latency"]

@@ -793,7 +793,7 @@ def test_loop_draws_the_first_screen_before_subscribing(monkeypatch: pytest.Monk
     live = FakeLive()
     key_fd: list[int] = []
 
-    def subscribe(wait: bool) -> FakeSubscription:
+    def subscribe(wait: bool, costly: bool = False) -> FakeSubscription:
         assert wait and live.frames, "subscribed before anything was drawn"
         return FakeSubscription(1, key_fd[0])
 
@@ -801,3 +801,99 @@ def test_loop_draws_the_first_screen_before_subscribing(monkeypatch: pytest.Monk
     run_loop(live, lambda w: key_fd.append(w))  # type: ignore[func-returns-value]
     assert "subscribing to" in live.frames[0]
     assert any("CPU " in f for f in live.frames)
+
+
+# --- costly events: off unless asked, and said so -------------------------------------------
+
+
+def test_top_subscribes_to_cheap_events_unless_asked() -> None:
+    from rezolus_ue.consume.top_model import COSTLY_EVENTS, top_events
+
+    cheap = top_events(False)
+    assert cheap == tuple(schema.cheap(TOP_EVENTS)) and "rezolus_cpu_usage" in cheap
+    assert not set(cheap) & set(COSTLY_EVENTS)
+    assert top_events(True) == TOP_EVENTS
+    assert {"rezolus_syscall_latency", "rezolus_scheduler_runqueue_latency"} <= set(
+        COSTLY_EVENTS)
+    assert set(cheap) | set(COSTLY_EVENTS) == set(TOP_EVENTS)
+
+
+def test_key_c_toggles_the_costly_events() -> None:
+    ui = handle_key(UiState(), "c")
+    assert ui.costly and not handle_key(ui, "c").costly
+
+
+def test_costly_off_is_said_on_screen_and_how_to_turn_it_on() -> None:
+    m = two_intervals()
+    off = text_of(m, 120, 60)
+    assert "costly off (c)" in off.split("\n")[1]  # the header
+    assert tp.COSTLY_OFF[:40] in off and "key c, --costly" in off  # under the histograms
+    on = text_of(m, 120, 60, UiState(costly=True))
+    assert "costly off" not in on and tp.COSTLY_OFF[:40] not in on
+    assert "c costly" in text_of(m, 80, 24)  # the key line
+
+
+class ClosingSubscription(FakeSubscription):
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_loop_resubscribes_with_the_costly_events_on_key_c(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    live = FakeLive()
+    first: list[ClosingSubscription] = []
+    asked: list[bool] = []
+
+    def subscribe(wait: bool, costly: bool = False) -> FakeSubscription:
+        asked.append(costly)
+        return FakeSubscription(2, first[0].key_fd)
+
+    def start(w: int) -> ClosingSubscription:
+        first.append(ClosingSubscription(5, w))
+        return first[0]
+
+    monkeypatch.setattr(top, "_subscribe", subscribe)
+    run_loop(live, start, b"c")
+    assert first[0].closed and asked == [True]  # closed, then subscribed with them
+    assert any(f"subscribing to {len(TOP_EVENTS)} events" in f for f in live.frames)
+    assert "costly off" not in live.frames[-1] and "CPU " in live.frames[-1]
+
+
+def test_costly_option_in_the_cli() -> None:
+    from rezolus_ue.cli import build_parser
+
+    assert build_parser().parse_args(["top", "--costly"]).costly
+    assert not build_parser().parse_args(["top"]).costly
+
+
+# --- drawing ---------------------------------------------------------------------------------
+
+
+def _ansi(segments: object) -> str:
+    return "".join(s.style.render(s.text) if s.style else s.text for s in segments)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("line", [
+    Text("plain"),
+    Text("all bold", "bold"),
+    Text.assemble(("CPU ", "bold"), ("42%", "bold red"), " tail"),
+    Text("base and span", "dim", spans=[tw.Span(4, 7, "red")]),
+    Text("overlapping", spans=[tw.Span(0, 6, "red"), tw.Span(3, 9, "bold")]),
+])
+def test_screen_segments_are_richs(line: Text) -> None:
+    """As rich draws the line inside the joined screen (where its style is a span)."""
+    con = Console(width=40, force_terminal=True, color_system="truecolor")
+    assert _ansi(tw._segments(line, con)) == _ansi(Text("\n").join([line]).render(con))
+
+
+def test_screen_draws_each_line_once_cut_to_the_width() -> None:
+    con = Console(width=10, height=3, force_terminal=True, color_system="truecolor")
+    scr = tw.Screen([Text.assemble(("cpu", "bold"), " 42%"), Text("x" * 12),
+                     Text("界" * 6)])
+    assert scr.ansi(con, 10, 3) == ("\x1b[H\x1b[1mcpu\x1b[0m 42%\x1b[K\r\n" + "x" * 10
+                                    + "\x1b[K\r\n" + "界" * 5 + "\x1b[K\x1b[J")
+    assert scr.plain == "cpu 42%\n" + "x" * 12 + "\n" + "界" * 6
+    mono = Console(width=10, height=3, force_terminal=True, color_system=None)
+    assert scr.ansi(mono, 10, 2) == "\x1b[Hcpu 42%\x1b[K\r\n" + "x" * 10 + "\x1b[K\x1b[J"

@@ -28,7 +28,7 @@ from ..config import path_arg
 from ..errors import ConfigError, RezolusError
 from .prometheus import DEFAULT_STALE, State, exposition
 from .records import Record
-from .source import RECORDING_HELP, Source
+from .source import COSTLY_HELP, RECORDING_HELP, Source
 
 log = logging.getLogger("rezolus_ue")
 
@@ -199,7 +199,7 @@ def serve_http(host: str, port: int, body: Callable[[bool], bytes]) -> _Server:
 def run(args: argparse.Namespace) -> int:
     """Serve /metrics and follow the tracepoints until SIGINT/SIGTERM; return 0."""
     from ..api import open_source
-    from ..schema import EVENTS
+    from ..schema import EVENTS, cheap
 
     host, port = args.listen
     exporter = Exporter(args.stale, args.native_buckets,
@@ -212,6 +212,8 @@ def run(args: argparse.Namespace) -> int:
     log.info("serving Prometheus metrics on http://%s/metrics",
              f"[{h}]:{p}" if ":" in str(h) else f"{h}:{p}")
     events = [e.name for e in EVENTS if not (args.no_dist and e.name.endswith("_dist"))]
+    if not (args.costly or args.source):  # a recording's costly events cost nothing now
+        events = cheap(events)
     stop: list[int] = []
     following = threading.Event()
 
@@ -256,11 +258,12 @@ def _stale(text: str) -> int:
 
 
 _DESCRIPTION = """\
-Follow every user_events:rezolus_* tracepoint and serve the latest values in Prometheus
-text format on GET /metrics. Names are rezolus_<event>_<metric>: counters end in _total,
-ns and us become seconds, ppm a ratio; *_dist quantiles become <gauge>_dist and
-<counter>_per_second gauges with a quantile label; histograms become summaries. A label
-set not seen for --stale publish intervals is dropped. docs/prometheus.md lists every
+Follow the cheap user_events:rezolus_* tracepoints (every one with --costly) and serve
+the latest values in Prometheus text format on GET /metrics. Names are
+rezolus_<event>_<metric>: counters end in _total, ns and us become seconds, ppm a
+ratio; *_dist quantiles become <gauge>_dist and <counter>_per_second gauges with a
+quantile label; histograms become summaries. A label set not seen for --stale publish
+intervals is dropped. docs/prometheus.md lists every
 name, with scrape configs and PromQL examples."""
 
 
@@ -273,6 +276,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n"
         "  sudo rezolus-ue exporter\n"
         "  sudo rezolus-ue exporter --listen 0.0.0.0:9745 --native-buckets\n"
+        "  sudo rezolus-ue exporter --costly          BPF-counted families too (they cost)\n"
         "  curl -s http://127.0.0.1:9745/metrics | grep '^rezolus_cpu_usage'\n"
         "  rezolus-ue exporter --from incident.rzr    the values at the recording's end\n"
         "  scrape config: static_configs: [{targets: ['HOST:9745']}]",
@@ -291,6 +295,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-dist", action="store_true",
                    help="do not follow the *_dist events: the agent then does not oversample"
                    " (cheaper), and no quantile gauges are exported")
+    p.add_argument("--costly", action="store_true",
+                   help=COSTLY_HELP + "; without it their metrics are not exported")
     p.add_argument("--no-wait", action="store_true",
                    help="fail at once if the agent is not publishing, instead of waiting")
     p.add_argument("--from", dest="source", type=path_arg, metavar="FILE",

@@ -32,7 +32,7 @@ from .recblocks import RecordingError, recording_meta
 from .recfile import NativeWriter, read_meta, read_records
 from .records import Record
 from .segments import Ring, running_recorder
-from .source import Source, open_test_source
+from .source import COSTLY_HELP, Source, open_test_source
 
 log = logging.getLogger("rezolus_ue")
 
@@ -245,7 +245,7 @@ def run_record(args: argparse.Namespace) -> int:
         # Validate event names before waiting for the agent.
         from .subscription import resolve_events
 
-        resolve_events(events or None)
+        events = resolve_events(events or None, costly=args.costly)
     ctl = Control()
     _install_signals(ctl)
     ring: Ring | None = None
@@ -326,7 +326,8 @@ def _arg_ring_size(text: str) -> int:
 
 _RECORD_EPILOG = """\
 examples:
-  sudo rezolus-ue record run.rzr --duration 10m            every event, 10 minutes
+  sudo rezolus-ue record run.rzr --duration 10m            every cheap event, 10 minutes
+  sudo rezolus-ue record run.rzr --costly                  every event, BPF-counted too
   sudo rezolus-ue record cpu.rzr 'rezolus_cpu*'            some events, until Ctrl-C
   sudo rezolus-ue record --format parquet run/             Parquet (needs pyarrow)
   sudo rezolus-ue record --ring /var/lib/rezolus-ue/ring --max-size 1G --max-age 1h
@@ -352,7 +353,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("target", nargs="?", metavar="FILE",
                    help="recording to write (a directory for --format parquet)")
     p.add_argument("events", nargs="*", metavar="EVENT",
-                   help="event names or shell globs (default: every rezolus-ue event)")
+                   help="event names or shell globs (default: every cheap rezolus-ue event;"
+                   " a pattern takes costly events too)")
+    p.add_argument("--costly", action="store_true", help=COSTLY_HELP)
     p.add_argument("-d", "--duration", type=duration_arg, metavar="DURATION",
                    help=f"stop after DURATION ({DURATION_HELP}); default: until Ctrl-C")
     p.add_argument("--format", choices=("native", "parquet"),

@@ -26,6 +26,11 @@ from .records import Record, record_from_json
 
 #: What ``--from FILE`` takes, for the commands' help.
 RECORDING_HELP = "a recording (rezolus-ue record / dump output, a ring directory or Parquet)"
+#: The consumers' ``--costly`` option: by default they subscribe to cheap events only.
+COSTLY_HELP = ("also subscribe to the costly events: those counted by BPF programs on hot"
+               " paths (syscalls, scheduler, softirq, block IO, network, TCP), which every"
+               " such kernel event pays for while they are enabled (docs/PERFORMANCE.md);"
+               " `rezolus-ue events` shows each event's cost")
 
 
 class Source(Protocol):

@@ -31,7 +31,7 @@ from tracefs_tools import EventFormat, Tracefs, TracefsError, find_tracefs
 from ..errors import ConfigError, KernelFeatureMissing, PermissionDenied, RezolusError
 from ..linux.perf_ring import TracepointRings
 from ..metrics.h2 import sparse_from_text
-from ..schema import EVENTS
+from ..schema import EVENTS, cheap
 from ..schema import GROUPS as TRANSPORT_GROUPS
 from .records import Record
 
@@ -48,14 +48,17 @@ RESCAN_S = 2.0
 RING_PAGES = 128
 
 
-def resolve_events(patterns: Iterable[str] | None) -> list[str]:
-    """Return the event names matching ``patterns`` (names or shell globs; None: all).
+def resolve_events(patterns: Iterable[str] | None, costly: bool = False) -> list[str]:
+    """Return the event names matching ``patterns`` (names or shell globs). None: every
+    cheap event, and the costly ones too with ``costly`` (``schema.COST``: enabling those
+    attaches BPF programs that every syscall, switch or packet pays for); patterns name
+    what the user asked for, costly or not.
 
     Raise ConfigError naming a pattern that matches no rezolus-ue event.
     """
     known = [e.name for e in EVENTS]
     if not patterns:
-        return known
+        return known if costly else cheap(known)
     out: list[str] = []
     for p in patterns:
         for g in GROUPS:
@@ -80,7 +83,9 @@ class Subscription:
     def __init__(self, events: Sequence[str] | None = None, *, wait: bool = True,
                  tracefs: Tracefs | None = None, ring_pages: int = RING_PAGES,
                  on_wait=None) -> None:  # type: ignore[no-untyped-def]
-        self.wanted = resolve_events(events)
+        # None is every event: the consumers (top, tail, record, exporter, subscribe())
+        # choose their cheap defaults before they get here (``resolve_events``).
+        self.wanted = resolve_events(events, costly=True)
         self._tfs = tracefs or _open_tracefs()
         if not self._tfs.has_user_events and not self._tfs.has_uprobe_events:
             raise KernelFeatureMissing(

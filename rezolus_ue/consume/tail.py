@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .records import Record
-from .source import RECORDING_HELP
+from .source import COSTLY_HELP, RECORDING_HELP
 
 #: Longest wait for records in one poll.
 POLL_MS = 1000
@@ -26,7 +26,8 @@ SETTLE_MS = 50
 
 _EPILOG = """\
 examples:
-  sudo rezolus-ue tail                              every event
+  sudo rezolus-ue tail                              every cheap event
+  sudo rezolus-ue tail --costly                     every event, BPF-counted ones too
   sudo rezolus-ue tail rezolus_cpu_usage            one event
   sudo rezolus-ue tail 'rezolus_memory*' --format json | jq .available_bytes
   rezolus-ue tail --from /var/tmp/rec.rzr rezolus_cpu_usage
@@ -108,8 +109,9 @@ def run(args: argparse.Namespace) -> int:
     the recording --from names)."""
     from ..api import open_source, resolve_events
 
-    # A recording keeps only the events this version knows, as a live subscription does.
-    events = args.events or None if args.source is None else resolve_events(args.events)
+    # A recording keeps only the events this version knows, as a live subscription does;
+    # replaying costly events costs nothing, so it shows every one unless named.
+    events = resolve_events(args.events, costly=args.costly or args.source is not None)
     seen = lost = 0
     with _Stopper() as stopper:
         try:
@@ -147,7 +149,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=_EPILOG,
     )
     p.add_argument("events", nargs="*", metavar="EVENT",
-                   help="event names or shell globs (default: every rezolus-ue event)")
+                   help="event names or shell globs (default: every cheap rezolus-ue event;"
+                   " a pattern takes costly events too)")
+    p.add_argument("--costly", action="store_true", help=COSTLY_HELP)
     p.add_argument("-f", "--format", choices=("text", "json"), default="text",
                    help="text (default) or JSON lines, for jq")
     p.add_argument("-n", "--count", type=_positive, metavar="N",

@@ -10,7 +10,7 @@ Three parts, only the last does I/O:
   exactly the screen's lines from the latest view, and the next UI state;
 * ``run`` (this module) polls the record source (live, or a recording paced as it was
   recorded), reads keys from stdin in cbreak mode (restoring the terminal on any exit)
-  and redraws a ``Live(screen=True, auto_refresh=False)``.
+  and redraws the alternate screen (``AltScreen``).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from typing import Any
 from ..config import path_arg
 from ..errors import RezolusError
 from .records import Record
-from .source import RECORDING_HELP
+from .source import COSTLY_HELP, RECORDING_HELP
 from .top_keys import UiState, handle_key, split_keys
-from .top_model import TOP_EVENTS, Model
-from .top_render import render
+from .top_model import COSTLY_EVENTS, TOP_EVENTS, Model, top_events
+from .top_render import render, render_screen
 from .top_rows import View
 
 # --- I/O: terminal, subscription, loop --------------------------------------------------
@@ -69,6 +69,30 @@ def read_keys(fd: int, timeout_s: float = 0.0) -> list[str]:
     except (BlockingIOError, InterruptedError):
         return []
     return split_keys(data.decode(errors="replace"))
+
+
+class AltScreen:
+    """The terminal's alternate screen, redrawn whole from each ``Screen`` (as
+    ``Live(screen=True, auto_refresh=False)`` with ``update(refresh=True)``, which the
+    loop's tests stand in for): the cursor hidden meanwhile, both restored on exit."""
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+
+    def __enter__(self) -> AltScreen:
+        self.console.set_alt_screen(True)
+        self.console.show_cursor(False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.console.show_cursor(True)
+        self.console.set_alt_screen(False)
+
+    def update(self, screen: Any, refresh: bool = True) -> None:
+        """Draw ``screen`` (a ``top_widgets.Screen``) at once."""
+        size = self.console.size
+        self.console.file.write(screen.ansi(self.console, size.width, size.height))
+        self.console.file.flush()
 
 
 class Paced:
@@ -113,12 +137,13 @@ class Paced:
         self.src.close()
 
 
-def _subscribe(wait: bool) -> Any:
-    """Return a Subscription to ``TOP_EVENTS``, or None while no agent has registered them."""
+def _subscribe(wait: bool, costly: bool = False) -> Any:
+    """Return a Subscription to ``top_events(costly)``, or None while no agent has
+    registered them."""
     from ..api import open_source
 
     try:
-        return open_source(None, TOP_EVENTS, wait=False)
+        return open_source(None, top_events(costly), wait=False)
     except RezolusError as e:
         # Only "nothing registered yet" is worth waiting for; missing kernel features and
         # permissions are not going to fix themselves.
@@ -147,12 +172,13 @@ def read_loadavg(path: str = "/proc/loadavg") -> tuple[float, float, float] | No
         return None
 
 
-def _run_once(model: Model, wait: bool, source: str | None = None) -> int:
+def _run_once(model: Model, wait: bool, source: str | None = None,
+              costly: bool = False) -> int:
     from rich.console import Console
 
     from ..api import open_source
 
-    with open_source(source, TOP_EVENTS, wait=wait) as sub:
+    with open_source(source, top_events(costly), wait=wait) as sub:
         model.subscribed = tuple(sub.events)
         # The second frame is the first with a full interval; a third if we started
         # mid-tick and some rows had no earlier record to take a rate from.
@@ -172,13 +198,12 @@ def _run_once(model: Model, wait: bool, source: str | None = None) -> int:
     if not console.is_terminal:
         height = 10_000  # for scripts: every row, not a screenful
     console.print(render(model, width, height, UiState(interval_s=model.interval_ns / 1e9,
-                                                       interactive=False)))
+                                                       interactive=False, costly=costly)))
     return 0
 
 
 def _run_live(model: Model, ui: UiState, wait: bool, source: str | None = None) -> int:
     from rich.console import Console
-    from rich.live import Live
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise RezolusError("top needs a terminal; for a snapshot in scripts use --once")
@@ -190,7 +215,7 @@ def _run_live(model: Model, ui: UiState, wait: bool, source: str | None = None) 
 
         sub = Paced(open_source(source, TOP_EVENTS))
     else:
-        sub = None if wait else _subscribe(wait)
+        sub = None if wait else _subscribe(wait, ui.costly)
     console = Console(highlight=False)
     fd = sys.stdin.fileno()
 
@@ -200,7 +225,7 @@ def _run_live(model: Model, ui: UiState, wait: bool, source: str | None = None) 
     old_term = signal.signal(signal.SIGTERM, on_term)
     subs = [sub]  # the loop replaces it once the agent appears; closed here either way
     try:
-        with cbreak(fd), Live(console=console, screen=True, auto_refresh=False) as live:
+        with cbreak(fd), AltScreen(console) as live:
             _loop(subs, model, ui, live, console, fd, replay=source is not None)
     except KeyboardInterrupt:
         pass
@@ -215,20 +240,23 @@ def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: in
           replay: bool = False) -> None:
     """Poll records and keys; redraw when a frame is committed, a key changed the UI,
     the terminal was resized, or (only while no data comes) once a second to say so.
-    ``replay``: a recording, whose host's load average is not this one's."""
+    ``replay``: a recording, whose host's load average is not this one's, and whose
+    costly events cost nothing: they are always read. Key c changes the subscription:
+    the loop closes it and subscribes again to ``top_events(ui.costly)``."""
     sub = subs[0]
+    costly = ui.costly
     drawn: tuple = ()
     last_data = time.monotonic()
     retry = 0.0
     if sub is None:  # the first screen, before subscribing
         size = console.size
-        live.update(render(model, size.width, size.height, ui), refresh=True)
+        live.update(render_screen(model, size.width, size.height, ui), refresh=True)
     while True:
         now = time.monotonic()
         keys: list[str] = []
         if sub is None:
             if now >= retry:
-                sub = subs[0] = _subscribe(True)
+                sub = subs[0] = _subscribe(True, costly)
                 retry = now + 1.0
                 model.subscribed = ()
             keys = read_keys(fd, 0.0 if sub else KEY_POLL_MS / 1000)
@@ -249,6 +277,14 @@ def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: in
             ui = handle_key(ui, k)
         if ui.quit:
             return
+        if replay:
+            ui = replace(ui, costly=True)
+        elif ui.costly != costly and sub is not None:
+            sub.close()  # its perf events go: the agent detaches what no one else needs
+            sub = subs[0] = None
+            retry = 0.0
+            model.subscribed = None
+        costly = ui.costly
         model.interval_ns = int(ui.interval_s * 1e9)
         model.hold = ui.paused
         silent = now - last_data if sub is not None else 0.0
@@ -258,8 +294,8 @@ def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: in
         if state != drawn:
             drawn = state
             model.loadavg = None if replay else read_loadavg()
-            live.update(render(model, size.width, size.height, replace(ui, silent_s=silent)),
-                        refresh=True)
+            live.update(render_screen(model, size.width, size.height,
+                                      replace(ui, silent_s=silent)), refresh=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -271,10 +307,12 @@ def run(args: argparse.Namespace) -> int:
         from .recfile import read_meta
 
         model = Model(args.interval, host=str(read_meta(args.source).get("hostname", "")))
+    # A recording's costly events cost nothing to replay: read them all.
+    costly = args.costly or args.source is not None
     if args.once:
-        return _run_once(model, wait=not args.no_wait, source=args.source)
-    return _run_live(model, UiState(interval_s=args.interval), wait=not args.no_wait,
-                     source=args.source)
+        return _run_once(model, wait=not args.no_wait, source=args.source, costly=costly)
+    return _run_live(model, UiState(interval_s=args.interval, costly=costly),
+                     wait=not args.no_wait, source=args.source)
 
 
 def _seconds(text: str) -> float:
@@ -294,17 +332,24 @@ def _seconds(text: str) -> float:
 
 _EPILOG = """\
 keys: q quit, p pause, s cycle sort, / filter rows, +/- refresh interval,
-      e every sampler's state and why, h help
+      e every sampler's state and why, c costly events on/off, h help
 
 examples:
   sudo rezolus-ue top                     watch (waits for the agent if it is not running)
   sudo rezolus-ue top --interval 2s       redraw every 2 s of data
   sudo rezolus-ue top --once > top.txt    one full frame, every row, for scripts
+  sudo rezolus-ue top --costly            with the BPF-counted latency histograms too
   rezolus-ue top --from run.rzr           replay a recording at the pace it was recorded
 
-top subscribes only to the events its panels show, so the agent samples nothing else
-for it:
-""" + textwrap.fill(", ".join(TOP_EVENTS), 88, initial_indent="  ", subsequent_indent="  ")
+top subscribes only to the cheap events its panels show, so the agent samples nothing
+else for it:
+""" + textwrap.fill(", ".join(top_events(False)), 88, initial_indent="  ",
+                    subsequent_indent="  ") + """
+
+and with --costly (or key c) to the costly ones too, whose BPF programs every syscall,
+context switch, softirq, IO or packet pays for while top runs:
+""" + textwrap.fill(", ".join(COSTLY_EVENTS), 88, initial_indent="  ",
+                    subsequent_indent="  ")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -327,6 +372,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="exit with a message if the agent is not running, instead of waiting")
     p.add_argument("--once", action="store_true",
                    help="print one frame to stdout after the first full interval and exit")
+    p.add_argument("--costly", action="store_true",
+                   help=COSTLY_HELP + "; top's latency histograms need them (key c"
+                   " toggles them while it runs)")
     p.add_argument("--from", dest="source", type=path_arg, metavar="FILE",
-                   help=f"replay {RECORDING_HELP} instead of the live tracepoints")
+                   help=f"replay {RECORDING_HELP} instead of the live tracepoints (every"
+                   " event it holds: replaying costs nothing)")
     p.set_defaults(func=run)

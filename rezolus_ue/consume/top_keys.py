@@ -38,6 +38,8 @@ class UiState:
     interactive: bool = True
     #: Seconds since the last record (set by the loop; shown when the agent goes quiet).
     silent_s: float = 0.0
+    #: Subscribed to the costly events too (``--costly``, key c): see ``COSTLY_EVENTS``.
+    costly: bool = False
 
 
 def step_interval(current: float, up: bool) -> float:
@@ -84,6 +86,8 @@ def handle_key(ui: UiState, key: str) -> UiState:
             return replace(ui, help=not ui.help, samplers=False)
         case "e":
             return replace(ui, samplers=True, help=False)
+        case "c":
+            return replace(ui, costly=not ui.costly)
         case _ if key == ESC and ui.filter:
             return replace(ui, filter="")
     return ui

@@ -113,14 +113,14 @@ def _cpu_bars(cpus: Sequence[CpuRow], width: int, cols: int) -> list[Text]:
                         (cpu.irq or 0, "magenta"), (cpu.steal or 0, "cyan")]
             else:
                 segs = [(cpu.busy or 0, "green")]
-            line.append(f"{cpu.cpu:>{label_w}}", "dim")
-            line.append("[")
-            _bar(line, bar_w, segs, cpu.peak)
-            line.append("]")
-            line.append(fmt_pct(cpu.busy).rjust(6), "bold" if (cpu.busy or 0) >= 0.9 else "")
+            pieces = [(f"{cpu.cpu:>{label_w}}", "dim"), ("[", "")]
+            _bar(pieces, bar_w, segs, cpu.peak)
+            pieces += [("]", ""), (fmt_pct(cpu.busy).rjust(6),
+                                   "bold" if (cpu.busy or 0) >= 0.9 else "")]
             if show_peak:
                 peak = f"↑{cpu.peak * 100:.0f}%" if cpu.peak is not None else ""
-                line.append(peak.rjust(6), "yellow")
+                pieces.append((peak.rjust(6), "yellow"))
+            line.extend(pieces)
             if c < cols - 1:
                 line.append(" " * (cell * (c + 1) - line.cell_len))
         out.append(_fit(line.text(), width))
@@ -169,8 +169,9 @@ def _memory_block(v: View, width: int) -> _Block | None:
         l1 = Text.assemble(head)
         if bar_w >= 8:
             bar = _Line()
-            bar.append("[")
-            _bar(bar, bar_w, [(share, _level_style(share))])
+            pieces = [("[", "")]
+            _bar(pieces, bar_w, [(share, _level_style(share))])
+            bar.extend(pieces)
             bar.append("] ")
             l1.append_text(bar.text())
         l1 = _items([(0, l1 + used_t), (1, extra[0]), (2, extra[1])], width)
@@ -250,14 +251,26 @@ def _sched_block(v: View, width: int, ui: UiState) -> _Block | None:
                 (0, Text("Sched", "bold")), (0, _kv("ctxsw/s", fmt_num(s.ctxsw_s))),
                 (1, _kv("runnable", str(s.running))), (2, _kv("blocked", str(s.blocked))),
                 (3, _kv("forks/s", fmt_num(s.forks_s)))], width))
-        room = lines - len(out)
+        note = not ui.costly and lines > full
+        room = lines - len(out) - note
         if room >= 2 and hists:
             out += _hist_table(hists, width, room)
+        if note:
+            out.append(_fit(Text(COSTLY_OFF, "yellow"), width))
         return out
 
     base = 1 if s is not None else 0
     sizes = (base, *(base + 1 + k for k in range(1, len(hists) + 1)))
+    full = sizes[-1]
+    if not ui.costly:  # the last line to grow: only once every histogram shows
+        sizes = (*sizes, full + 1)
     return _Block(tuple(x for x in sizes if x > 0) or (1,), draw, prio=2)
+
+
+#: Said under the scheduler panel while top does not subscribe to the costly events: what
+#: is missing and how to get it.
+COSTLY_OFF = ("costly latency histograms off (key c, --costly): syscall, run queue, block"
+              " IO, softirq, TCP; their BPF programs run on every such kernel event")
 
 
 def _hist_table(hists: Sequence[HistRow], width: int, lines: int) -> list[Text]:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from rich.text import Text
 
 from .top_keys import INTERVALS, SORTS, UiState
-from .top_model import TOP_EVENTS, Model
+from .top_model import Model, top_events
 from .top_panels import (
     _STATE_STYLE,
     _TROUBLE,
@@ -31,12 +31,14 @@ from .top_widgets import (
     _DISK_KEYS,
     _NET_COLS,
     _NET_KEYS,
+    Screen,
     _cpu_share,
     _fit,
     _interval,
     _items,
     _kv,
     _sorted,
+    beside,
     fmt_bytes,
     fmt_int,
     fmt_num,
@@ -86,6 +88,8 @@ def _header(model: Model, ui: UiState, width: int) -> list[Text]:
         l2.append((4, _kv("written", fmt_int(a.events_written))))
     l2 += [(3, _kv("every", _interval(ui.interval_s))),
            (5, _kv("sort", "/".join(SORTS[ui.sort].values())))]
+    if not ui.costly:
+        l2.append((5, _kv("costly", "off (c)", "bold yellow")))
     if ui.filter or ui.editing:
         l2.append((0, _kv("filter", repr(ui.filter), "bold cyan")))
     if ui.paused:
@@ -115,7 +119,7 @@ def _psi(rows: Sequence[PressureRow]) -> Text:
 
 
 _KEYS = (("q", "quit"), ("p", "pause"), ("s", "sort"), ("/", "filter"), ("+/-", "interval"),
-         ("e", "samplers"), ("h", "help"))
+         ("e", "samplers"), ("h", "help"), ("c", "costly"))
 
 
 def _footer(ui: UiState, width: int) -> Text:
@@ -139,6 +143,8 @@ _HELP = (
     ("/", "filter rows by label text (Enter keeps, Esc clears)"),
     ("+ / -", "slower / faster refresh (" + ", ".join(_interval(i) for i in INTERVALS) + ")"),
     ("e", "every sampler: state, errors and why (as the agent publishes them)"),
+    ("c", "costly events on/off: the BPF-counted latency histograms, which every"
+     " syscall, switch, IO or packet pays for while on (also --costly)"),
     ("h, ?", "toggle this help"),
     ("", ""),
     ("header", "load averages 1/5/15 min; psi: stalled share of time, some/full tasks"),
@@ -172,6 +178,11 @@ def render(model: Model, width: int, height: int, ui: UiState) -> Text:
 
     Non-interactive (``--once``) output has no key footer and is not padded.
     """
+    return render_screen(model, width, height, ui).text()
+
+
+def render_screen(model: Model, width: int, height: int, ui: UiState) -> Screen:
+    """Return ``render``'s screen as its lines, which the live view draws directly."""
     width = max(width, 20)
     head = _header(model, ui, width)
     foot = [_footer(ui, width)] if ui.interactive else []
@@ -182,22 +193,22 @@ def render(model: Model, width: int, height: int, ui: UiState) -> Text:
     elif ui.samplers:
         body = _samplers_screen(v, width, room)
     elif not v.frame:
-        body = _waiting(model, width)
+        body = _waiting(model, width, ui)
     else:
         body = _body(v, ui, width, room) or [
             Text("no panel data: the samplers top reads are idle, disabled or unavailable"
                  " (see `rezolus-ue events`)", "dim")]
     if ui.interactive:
         body += [Text()] * (room - len(body))
-    lines = [*head, *body[:room], *foot]
-    return Text("\n", no_wrap=True, overflow="crop").join(lines)
+    return Screen([*head, *body[:room], *foot])
 
 
-def _waiting(model: Model, width: int) -> list[Text]:
+def _waiting(model: Model, width: int, ui: UiState) -> list[Text]:
     """Return the body before the first frame: what top waits for and subscribed to."""
     subscribed = model.subscribed
+    wanted = top_events(ui.costly)
     if subscribed is None:
-        head = f"subscribing to {len(TOP_EVENTS)} events..."
+        head = f"subscribing to {len(wanted)} events..."
     elif not subscribed:
         head = ("waiting for the agent: none of top's events is registered (start it:"
                 " sudo rezolus-ue run); top subscribes as soon as they are")
@@ -205,8 +216,8 @@ def _waiting(model: Model, width: int) -> list[Text]:
         head = "waiting for the first records from the agent..."
     out = [Text(head, "bold")]
     if subscribed:
-        missing = [e for e in TOP_EVENTS if e not in subscribed]
-        lines = [f"subscribed to {len(subscribed)} of {len(TOP_EVENTS)} events: "
+        missing = [e for e in wanted if e not in subscribed]
+        lines = [f"subscribed to {len(subscribed)} of {len(wanted)} events: "
                  + ", ".join(subscribed)]
         if missing:
             lines.append("not registered (yet): " + ", ".join(missing)
@@ -239,15 +250,9 @@ def _body(v: View, ui: UiState, width: int, height: int) -> list[Text]:
         if any(rblocks):
             lcol = _stack(left(lw), lw, height)
             rcol = _stack(rblocks, rw, height)
-            out = []
-            for i in range(max(len(lcol), len(rcol))):
-                line = lcol[i].copy() if i < len(lcol) else Text()
-                line.align("left", lw)
-                line.append(" │ ", "dim")
-                if i < len(rcol):
-                    line.append_text(rcol[i])
-                out.append(line)
-            return out
+            return [beside(lcol[i] if i < len(lcol) else Text(), lw,
+                           rcol[i] if i < len(rcol) else None)
+                    for i in range(max(len(lcol), len(rcol)))]
     cpu, mem, sched = left(width)
     return _stack([cpu, mem, _samplers_block(v, width, 1), sched, *right(width)], width,
                   height)

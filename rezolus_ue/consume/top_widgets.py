@@ -3,11 +3,16 @@ cut lines, tables whose columns drop to fit) that every panel draws with. Pure."
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from rich.cells import cell_len
+from rich.console import COLOR_SYSTEMS, Console, ConsoleOptions
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Span, Text
 
 from .top_keys import UiState
@@ -139,6 +144,18 @@ class _Line:
             self._parts.append(s)
             self._n += len(s)
 
+    def extend(self, pieces: Iterable[tuple[str, str]]) -> None:
+        """Append ``(text, style)`` pieces: ``append`` without a call per piece (a row of
+        CPU bars has a hundred)."""
+        parts, spans, n = self._parts, self._spans, self._n
+        for s, style in pieces:
+            if s:
+                if style:
+                    spans.append(Span(n, n + len(s), style))
+                parts.append(s)
+                n += len(s)
+        self._n = n
+
     @property
     def cell_len(self) -> int:
         return self._n  # every piece is single-width: ASCII, box and block characters
@@ -152,9 +169,10 @@ def _clean(s: str) -> str:
     return s if s.isprintable() else "".join(c if c.isprintable() else "?" for c in s)
 
 
-def _bar(out: _Line, width: int, segments: Sequence[tuple[float, str]],
+def _bar(out: list[tuple[str, str]], width: int, segments: Sequence[tuple[float, str]],
          peak: float | None = None, empty: str = " ") -> None:
-    """Append a bar of ``width`` cells filled by ``(share, style)`` segments in order.
+    """Add to ``out`` the pieces of a bar of ``width`` cells filled by ``(share, style)``
+    segments in order (for ``_Line.extend``).
 
     ``peak`` (a share) marks the interval's maximum with ``|`` when it lies past the fill.
     """
@@ -164,15 +182,15 @@ def _bar(out: _Line, width: int, segments: Sequence[tuple[float, str]],
         acc += max(share, 0.0)
         end = min(width, round(acc * width))
         if end > done:
-            out.append("█" * (end - done), style)
+            out.append(("█" * (end - done), style))
             done = end
     if peak is not None and width > 0:
         at = min(width - 1, max(0, round(peak * width) - 1))
         if at >= done:
-            out.append(empty * (at - done), "dim")
-            out.append("|", "bold yellow")
+            out.append((empty * (at - done), "dim"))
+            out.append(("|", "bold yellow"))
             done = at + 1
-    out.append(empty * (width - done), "dim")
+    out.append((empty * (width - done), "dim"))
 
 
 def _spark(counts: np.ndarray, width: int) -> Text:
@@ -187,9 +205,37 @@ def _spark(counts: np.ndarray, width: int) -> Text:
     return Text(chars.ljust(width), "cyan")
 
 
+#: A character other than ASCII and those top draws (bars, sparklines, rules, marks),
+#: which are one cell each.
+_WIDE = re.compile("[^\x00-\x7f█▁▂▃▄▅▆▇│↑▕▏…·▼]")
+
+
+def cells(s: str) -> int:
+    """Return how many terminal cells ``s`` takes.
+
+    rich's ``cell_len`` measures a string with any block or box character one character
+    at a time (36 us for a line of CPU bars, every line of every frame); a line of ASCII
+    and top's own glyphs is measured at once. Labels from the kernel (a cgroup's name may
+    hold wide characters) still go to rich.
+    """
+    return len(s) if s.isascii() or _WIDE.search(s) is None else cell_len(s)
+
+
 def _fit(t: Text, width: int) -> Text:
-    t.truncate(width, overflow="ellipsis")
+    if cells(t.plain) > width:
+        t.truncate(width, overflow="ellipsis")
     return t
+
+
+def beside(left: Text, width: int, right: Text | None) -> Text:
+    """Return one line of two columns: ``left`` (extended in place) padded to ``width``
+    cells, a rule, then ``right``. As ``align`` and ``append_text`` make it, without
+    measuring or sanitising the whole line again (rich's ``copy`` and ``pad_right`` do)."""
+    left.append(" " * (width - cells(left.plain)))
+    left.append(" │ ", "dim")
+    if right is not None:
+        left.append_text(right)
+    return left
 
 
 def _ltrunc(s: str, width: int) -> str:
@@ -237,14 +283,20 @@ def _table(title: str, cols: Sequence[_Col], rows: Sequence[object], width: int,
         head.append((c.header + ("▼" if sorted_here else "")).rjust(c.width),
                     "bold reverse" if sorted_here else "bold")
     out = [_fit(head.text(), width)]
-    first = cols[0]
+    first, rest = cols[0], cols[1:]
     for r in shown:
-        line = _Line()
+        # Unstyled cells are one piece with the space before them: a cgroup table of 50
+        # rows and 9 columns is most of a frame's pieces.
         name = first.fit(r, flex) if first.fit else _ltrunc(_clean(first.cell(r)), flex)
-        line.append(name.ljust(flex))
-        for c in cols[1:]:
-            line.append(" ")
-            line.append(c.cell(r).rjust(c.width), c.style(r) if c.style else "")
+        pieces = [(name.ljust(flex), "")]
+        for c in rest:
+            style = c.style(r) if c.style else ""
+            if style:
+                pieces += [(" ", ""), (c.cell(r).rjust(c.width), style)]
+            else:
+                pieces.append((" " + c.cell(r).rjust(c.width), ""))
+        line = _Line()
+        line.extend(pieces)
         out.append(_fit(line.text(), width))
     return out
 
@@ -328,3 +380,94 @@ _NET_COLS = (
 def _sorted(rows: Sequence, keys: dict[str, Callable], sort: str, label: Callable,
             ui: UiState) -> list:
     return sorted((r for r in rows if _matches(label(r), ui)), key=keys[sort])
+
+
+# --- drawing ---------------------------------------------------------------------------
+
+
+class Screen:
+    """A screen of lines, drawn as they are: no wrapping, no re-splitting.
+
+    ``render`` joins the lines into one ``Text`` (what tests and ``--once`` print), but
+    rich re-divides such a text into lines, resolves every span against a stack of styles
+    and, in ``Live(screen=True)``, crops and pads every line twice: at 128 CPUs that was
+    most of a frame. Here each line's spans (sorted, not overlapping, as ``_Line`` and
+    ``Text.assemble`` make them) become segments directly (any other line is left to
+    rich), and ``ansi`` turns them into the terminal's output in one pass.
+    """
+
+    __slots__ = ("lines",)
+
+    def __init__(self, lines: list[Text]) -> None:
+        self.lines = lines
+
+    def text(self) -> Text:
+        """Return the screen as one ``Text`` of lines joined by newlines."""
+        return Text("\n", no_wrap=True, overflow="crop").join(self.lines)
+
+    def ansi(self, console: Console, width: int, height: int) -> str:
+        """Return the terminal output that draws the screen from the top-left corner:
+        each line cut to ``width`` cells and erased to its end, the rest erased below.
+        Styles are written as rich writes them, in ``console``'s colour system."""
+        system = COLOR_SYSTEMS.get(console.color_system or "")
+        no_color = console.no_color
+        out = ["\x1b[H"]
+        for k, line in enumerate(self.lines[:height]):
+            if k:
+                out.append("\r\n")
+            if cells(line.plain) > width:  # a wide character in a label: cut by cells
+                line = line.copy()
+                line.truncate(width, overflow="crop")
+            for text, style, _control in _segments(line, console):
+                if style and system is not None:
+                    out.append((style.without_color if no_color else style).render(
+                        text, color_system=system))
+                else:
+                    out.append(text)
+            out.append("\x1b[K")
+        out.append("\x1b[J")
+        return "".join(out)
+
+    @property
+    def plain(self) -> str:
+        """Return the screen's characters, lines joined by newlines (as ``Text.plain``)."""
+        return "\n".join(line.plain for line in self.lines)
+
+    def __rich_console__(self, console: Console, _options: ConsoleOptions) -> Iterator[Segment]:
+        newline = Segment.line()
+        for k, line in enumerate(self.lines):
+            if k:
+                yield newline
+            yield from _segments(line, console)
+
+
+def _segments(line: Text, console: Console) -> Iterable[Segment]:
+    """Return a line's segments, as ``Text.render`` makes them."""
+    spans = line.spans
+    text = line.plain
+    if not spans and not line.style:
+        return (Segment(text),)
+    base = line.style
+    style = _STYLES.get((base, ""))
+    if style is None:
+        style = _STYLES[base, ""] = console.get_style(base, default=Style.null())
+    out = []
+    at = 0
+    for sp in spans:
+        if sp.start < at or sp.end <= sp.start:  # overlapping or empty: rich's way
+            return line.render(console)
+        if sp.start > at:
+            out.append(Segment(text[at : sp.start], style))
+        st = _STYLES.get((base, sp.style))
+        if st is None:
+            st = _STYLES[base, sp.style] = Style.combine(
+                (style, console.get_style(sp.style, default=Style.null())))
+        out.append(Segment(text[sp.start : sp.end], st))
+        at = sp.end
+    if at < len(text):
+        out.append(Segment(text[at:], style))
+    return out
+
+
+#: Resolved styles by (line style, span style) names: the few a screen uses.
+_STYLES: dict[tuple[object, object], Style] = {}

@@ -62,6 +62,23 @@ class Kind(enum.Enum):
     HISTOGRAM = "histogram"  # H2 buckets of a distribution, cumulative
 
 
+class Cost(enum.Enum):
+    """What a consumer that enables an event makes the host pay, besides the agent's own
+    reading: measured per BPF hook in docs/PERFORMANCE.md, section "bpf_hooks" (ns per
+    run, share of a CPU), and on workloads in section "overhead"."""
+
+    #: Read on the agent's clock (procfs, sysfs, netlink, perf counters, the agent
+    #: itself): nothing is paid per kernel event, whatever the workload does.
+    CHEAP = "cheap"
+    #: Counted by BPF programs on hot paths (syscall entry and exit, scheduler switch and
+    #: wakeup, softirq, block IO, packets, TCP): every such kernel event of the workload
+    #: pays while a consumer has the event enabled.
+    COSTLY = "costly"
+
+
+COSTLY = Cost.COSTLY
+
+
 @dataclass(frozen=True)
 class Metric:
     """One metric: name, kind, unit and meaning. ``dist``: publish the interval's
@@ -113,6 +130,9 @@ class Family:
     metrics: tuple[Metric, ...]
     #: How the _dist event's samples are taken, when not every sample_interval.
     dist_sampling: str = ""
+    #: What enabling its events costs the host (its _dist event's too): the one
+    #: declaration ``events``, the docs and the consumers' defaults read.
+    cost: Cost = Cost.CHEAP
 
     def __post_init__(self) -> None:
         if "." in self.sampler:

@@ -14,10 +14,12 @@ host and again in the VM):
 
 While the agent runs, ``perf record -e 'GROUP:rezolus_*' -a`` (which enables every
 event, so every BPF sampler attaches), ``rezolus-ue tail``, ``rezolus-ue exporter`` and
-``rezolus-ue top`` (in tmux) all consume at once. Once every available sampler is active
-and three more publish intervals have passed, each consumer must have seen every event of
-every available sampler, the agent must report no sampler or write error, and every
-sampler it reports unavailable must say which kernel feature is missing.
+``rezolus-ue top`` (in tmux) all consume at once, the last three with ``--costly``:
+without it they subscribe to the cheap events only, and this test checks every event.
+Once every available sampler is active and three more publish intervals have passed,
+each consumer must have seen every event of every available sampler, the agent must
+report no sampler or write error, and every sampler it reports unavailable must say
+which kernel feature is missing.
 """
 
 from __future__ import annotations
@@ -104,11 +106,12 @@ class Consumers:
         assert self.tmux, "tmux is not installed: scripts/setup.sh --dev installs it"
         self._start("perf", [perf, "record", "-q", "-e", f"{self.group}:rezolus_*", "-a",
                              "-o", str(self.perf_data), "--", "sleep", "100000"])
-        self._start("tail", [str(CLI), "tail", "--format", "json"], stdout=self.tail_out)
-        self._start("exporter", [str(CLI), "exporter", "--listen",
+        self._start("tail", [str(CLI), "tail", "--costly", "--format", "json"],
+                    stdout=self.tail_out)
+        self._start("exporter", [str(CLI), "exporter", "--costly", "--listen",
                                  f"127.0.0.1:{self.port}"])
         self.tm("new-session", "-d", "-s", self.session, "-x", "200", "-y", "70",
-                f"cd {ROOT} && {CLI} top")
+                f"cd {ROOT} && {CLI} top --costly")
 
     def tm(self, *args: str) -> subprocess.CompletedProcess:
         assert self.tmux is not None

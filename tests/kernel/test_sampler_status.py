@@ -2,7 +2,7 @@
 
 The agent runs as a user would run it (a subprocess, the shipped configs/default.toml)
 with one change: the cgroup sampler's root is a small cgroup v2 tree of our own. Once the
-exporter (a consumer of every event) has the sampler running, its cpu.stat is corrupted in
+exporter (a consumer of every cheap event) has the sampler running, its cpu.stat is corrupted in
 place, so each walk of the hierarchy (every 10 s) raises: the sampler is "failed", with
 its error and a growing count, while the others go on.
 """
@@ -84,8 +84,8 @@ def test_a_failing_sampler_is_named_with_its_error_and_count_everywhere(tracefs,
         m = re.search(r"(http://\S+/metrics)", line)
         assert m, f"exporter said {line!r}"
         url = m.group(1)
-        # The exporter consumes every event: the sampler runs (BPF samplers load too,
-        # slowly under emulation, which is why the deadlines are long).
+        # The exporter consumes every cheap event: the sampler runs (the deadlines are
+        # long for the VM's emulated CPU).
         wait_for(lambda: sampler_status(FAILING).get("status") == "active", timeout=240,
                  step=0.5)
         corrupt(cgroups / "cpu.stat")

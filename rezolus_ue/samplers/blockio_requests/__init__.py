@@ -42,7 +42,7 @@ while loaded. Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 from __future__ import annotations
 
 from ...encoding import char_array
-from ...metrics.family import Family, Label, counter, histogram
+from ...metrics.family import COSTLY, Family, Label, counter, histogram
 from ...metrics.labels import ATTACHED
 
 BLOCKIO_OPS = ("read", "write", "flush", "discard", "other")
@@ -59,6 +59,7 @@ BLOCKIO_LATENCY = Family(
     " BPF. Operations seen since the agent loaded the programs have a record each interval.",
     (BLOCKIO_OP,),
     (ATTACHED, histogram("latency_ns", "ns", "time from issue to completion")),
+    cost=COSTLY,
 )
 
 BLOCKIO_SIZE = Family(
@@ -67,6 +68,7 @@ BLOCKIO_SIZE = Family(
     " (block:block_rq_complete, BPF; flushes are 0 bytes).",
     (BLOCKIO_OP,),
     (ATTACHED, histogram("size_bytes", "bytes", "bytes of each completed request")),
+    cost=COSTLY,
 )
 
 BLOCKIO_REQUESTS = Family(
@@ -93,6 +95,7 @@ BLOCKIO_REQUESTS = Family(
         counter("errors_other", "requests", "any other error (transport, resource,"
                 " offline, zone...)", dist=False),
     ),
+    cost=COSTLY,
 )
 
 #: This sampler's families, in documentation order.

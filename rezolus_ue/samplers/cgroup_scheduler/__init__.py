@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from ...config import Option
 from ...encoding import char_array
-from ...metrics.family import Family, Label, counter, histogram
+from ...metrics.family import COSTLY, Family, Label, counter, histogram
 from ...metrics.labels import ATTACHED, CGROUP
 from ..cgroup import OPTIONS as CGROUP_OPTIONS
 
@@ -62,6 +62,7 @@ CGROUP_SCHEDULER = Family(
         counter("involuntary", "switches", "its tasks were preempted (or yielded) and"
                 " stayed runnable", dist=False),
     ),
+    cost=COSTLY,
 )
 
 CGROUP_RUNQUEUE_LATENCY = Family(
@@ -71,6 +72,7 @@ CGROUP_RUNQUEUE_LATENCY = Family(
     " a record.",
     (CGROUP_PATH,),
     (ATTACHED, histogram("latency_ns", "ns", "time from runnable to running")),
+    cost=COSTLY,
 )
 
 #: This sampler's families, in documentation order.

@@ -19,7 +19,7 @@ Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 
 from __future__ import annotations
 
-from ...metrics.family import Family, counter
+from ...metrics.family import COSTLY, Family, counter
 from ...metrics.labels import CPU
 
 CPU_MIGRATIONS = Family(
@@ -32,6 +32,7 @@ CPU_MIGRATIONS = Family(
         counter("from", "migrations", "tasks moved away from this CPU", dist=False),
         counter("to", "migrations", "tasks moved onto this CPU", dist=False),
     ),
+    cost=COSTLY,
 )
 
 #: This sampler's families, in documentation order.

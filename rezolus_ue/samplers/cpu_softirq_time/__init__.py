@@ -23,7 +23,7 @@ Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 from __future__ import annotations
 
 from ...encoding import char_array
-from ...metrics.family import Family, Label, counter, histogram
+from ...metrics.family import COSTLY, Family, Label, counter, histogram
 from ...metrics.labels import ATTACHED, CPU
 from ..cpu_softirq import SOFTIRQ_KINDS
 
@@ -37,6 +37,7 @@ SOFTIRQ_TIME = Family(
     (CPU,),
     tuple(counter(f"{k}_ns", "ns", f"time in {k.upper()} softirq handlers", dist=False)
           for k in SOFTIRQ_KINDS),
+    cost=COSTLY,
 )
 
 SOFTIRQ_DURATION = Family(
@@ -46,6 +47,7 @@ SOFTIRQ_DURATION = Family(
     " record.",
     (SOFTIRQ_KIND,),
     (ATTACHED, histogram("duration_ns", "ns", "time from softirq_entry to softirq_exit")),
+    cost=COSTLY,
 )
 
 #: This sampler's families, in documentation order.

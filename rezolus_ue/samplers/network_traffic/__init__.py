@@ -24,7 +24,7 @@ Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 from __future__ import annotations
 
 from ...encoding import char_array
-from ...metrics.family import Family, Label, counter
+from ...metrics.family import COSTLY, Family, Label, counter
 
 DROP_REASON = Label("reason", char_array(32), "why the kernel dropped the packets: enum"
                     " skb_drop_reason without its SKB_DROP_REASON_ prefix (e.g. NO_SOCKET,"
@@ -49,6 +49,7 @@ NETWORK_TRAFFIC = Family(
                 " counts once)", dist=False),
         counter("drops", "packets", "packets dropped (kfree_skb), any reason", dist=False),
     ),
+    cost=COSTLY,
 )
 
 NETWORK_DROPS = Family(
@@ -57,6 +58,7 @@ NETWORK_DROPS = Family(
     " (totals since the agent loaded the programs; reasons with drops only).",
     (DROP_REASON,),
     (counter("drops", "packets", "packets dropped for this reason", dist=False),),
+    cost=COSTLY,
 )
 
 #: This sampler's families, in documentation order.

@@ -25,7 +25,7 @@ Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 
 from __future__ import annotations
 
-from ...metrics.family import Family, counter, histogram
+from ...metrics.family import COSTLY, Family, counter, histogram
 from ...metrics.labels import ATTACHED, CPU
 
 SCHEDULER_RUNQUEUE_LATENCY = Family(
@@ -34,6 +34,7 @@ SCHEDULER_RUNQUEUE_LATENCY = Family(
     " preemption to running; BPF on sched_wakeup, sched_wakeup_new, sched_switch).",
     (),
     (ATTACHED, histogram("latency_ns", "ns", "time from runnable to running")),
+    cost=COSTLY,
 )
 
 SCHEDULER_RUNNING = Family(
@@ -42,6 +43,7 @@ SCHEDULER_RUNNING = Family(
     " sched_switch).",
     (),
     (ATTACHED, histogram("running_ns", "ns", "time from switch-in to switch-out")),
+    cost=COSTLY,
 )
 
 SCHEDULER_OFFCPU = Family(
@@ -50,6 +52,7 @@ SCHEDULER_OFFCPU = Family(
     " run-queue wait included; BPF on sched_switch).",
     (),
     (ATTACHED, histogram("offcpu_ns", "ns", "time from switch-out to the next switch-in")),
+    cost=COSTLY,
 )
 
 SCHEDULER_SWITCHES = Family(
@@ -64,6 +67,7 @@ SCHEDULER_SWITCHES = Family(
                 " runnable", dist=False),
         counter("idle", "switches", "switches away from the idle task", dist=False),
     ),
+    cost=COSTLY,
 )
 
 #: This sampler's families, in documentation order.

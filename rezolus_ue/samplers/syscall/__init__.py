@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from ...config import Option
 from ...encoding import char_array
-from ...metrics.family import Family, Label, counter, histogram
+from ...metrics.family import COSTLY, Family, Label, counter, histogram
 from ...metrics.labels import ATTACHED
 
 SYSCALL_OP = Label("op", char_array(16), "syscall family: read, write, poll, lock, time,"
@@ -45,6 +45,7 @@ SYSCALL = Family(
     " attached (totals since the agent loaded the programs; every family, every interval).",
     (SYSCALL_OP,),
     (counter("calls", "syscalls", "syscalls entered", dist=False),),
+    cost=COSTLY,
 )
 
 SYSCALL_LATENCY = Family(
@@ -54,6 +55,7 @@ SYSCALL_LATENCY = Family(
     " Only families with calls returning in the interval have a record.",
     (SYSCALL_OP,),
     (ATTACHED, histogram("latency_ns", "ns", "time from syscall entry to return")),
+    cost=COSTLY,
 )
 
 #: This sampler's families, in documentation order.

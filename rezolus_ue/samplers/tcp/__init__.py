@@ -26,7 +26,7 @@ Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 
 from __future__ import annotations
 
-from ...metrics.family import Family, counter, histogram
+from ...metrics.family import COSTLY, Family, counter, histogram
 from ...metrics.labels import ATTACHED
 
 TCP_PACKET_LATENCY = Family(
@@ -36,6 +36,7 @@ TCP_PACKET_LATENCY = Family(
     " segment per socket is timed (BPF).",
     (),
     (ATTACHED, histogram("latency_ns", "ns", "time from a segment's arrival to its read")),
+    cost=COSTLY,
 )
 
 TCP_SRTT = Family(
@@ -44,6 +45,7 @@ TCP_SRTT = Family(
     " established connection (BPF on tcp:tcp_probe).",
     (),
     (ATTACHED, histogram("srtt_ns", "ns", "the socket's smoothed RTT (srtt_us / 8)")),
+    cost=COSTLY,
 )
 
 TCP_JITTER = Family(
@@ -52,6 +54,7 @@ TCP_JITTER = Family(
     " an established connection (BPF on tcp:tcp_probe).",
     (),
     (ATTACHED, histogram("jitter_ns", "ns", "the socket's RTT mean deviation (mdev_us / 4)")),
+    cost=COSTLY,
 )
 
 TCP_CONNECT_LATENCY = Family(
@@ -60,6 +63,7 @@ TCP_CONNECT_LATENCY = Family(
     " sock:inet_sock_set_state, keyed by socket).",
     (),
     (ATTACHED, histogram("latency_ns", "ns", "time from SYN sent to connection established")),
+    cost=COSTLY,
 )
 
 TCP_RETRANSMIT = Family(
@@ -72,6 +76,7 @@ TCP_RETRANSMIT = Family(
         counter("retransmit_errors", "segments", "retransmissions that failed (kernels whose"
                 " tracepoint reports them, e.g. 6.18; always 0 on older ones)", dist=False),
     ),
+    cost=COSTLY,
 )
 
 #: This sampler's families, in documentation order.

@@ -21,7 +21,7 @@ Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 
 from __future__ import annotations
 
-from ...metrics.family import Family, counter
+from ...metrics.family import COSTLY, Family, counter
 
 TCP_TRAFFIC = Family(
     "rezolus_tcp_traffic", __name__,
@@ -38,6 +38,7 @@ TCP_TRAFFIC = Family(
         counter("tx_packets", "calls", "sends that accepted data (Rezolus's tcp_packets"
                 " transmit)", dist=False),
     ),
+    cost=COSTLY,
 )
 
 #: This sampler's families, in documentation order.

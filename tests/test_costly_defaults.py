@@ -1,0 +1,67 @@
+"""Consumers subscribe to cheap events unless the user asks (issue 16, section 4): what
+``tail`` and ``record`` hand the subscription, with and without ``--costly`` or patterns.
+``top`` and ``exporter`` are covered in their own tests. In-process: the subscription is
+a stand-in that records what it was asked for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rezolus_ue import api, schema
+from rezolus_ue.cli import build_parser
+
+
+class Asked(Exception):
+    """Raised by the stand-in subscription: what a consumer asked for, then stop."""
+
+
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list:
+    got: list = []
+
+    def open_source(source: object, events: object, wait: bool = True) -> None:
+        got.append(events)
+        raise Asked
+
+    monkeypatch.setattr(api, "open_source", open_source)
+    return got
+
+
+EVERY = [e.name for e in schema.EVENTS]
+
+
+@pytest.mark.parametrize(("argv", "want"), [
+    ([], schema.cheap(EVERY)),
+    (["--costly"], EVERY),
+    (["rezolus_syscall_latency"], ["rezolus_syscall_latency"]),  # named: asked for
+])
+def test_tail_subscribes_to_cheap_events_unless_asked(asked: list, argv: list[str],
+                                                      want: list[str]) -> None:
+    args = build_parser().parse_args(["tail", *argv])
+    with pytest.raises(Asked):
+        args.func(args)
+    assert asked == [want]
+
+
+@pytest.mark.parametrize(("argv", "want"), [
+    ([], schema.cheap(EVERY)),
+    (["--costly"], EVERY),
+    (["rezolus_tcp_srtt*"], ["rezolus_tcp_srtt"]),
+])
+def test_record_subscribes_to_cheap_events_unless_asked(asked: list, tmp_path: Path,
+                                                        argv: list[str], want: list[str]
+                                                        ) -> None:
+    args = build_parser().parse_args(["record", str(tmp_path / "r.rzr"), *argv])
+    with pytest.raises(Asked):
+        args.func(args)
+    assert asked == [want]
+
+
+def test_subscribe_api_takes_cheap_events_unless_asked(asked: list) -> None:
+    with pytest.raises(Asked):
+        next(api.subscribe())
+    with pytest.raises(Asked):
+        next(api.subscribe(costly=True))
+    assert asked == [schema.cheap(EVERY), EVERY]
