@@ -163,7 +163,7 @@ def proc_interrupts(h: Host, k: int) -> bytes:
     for name, text in ARCH_IRQS:
         lines.append(f"{name:>{w}s}:" + "".join(f" {v:10d}" for v in counts(n, k, 99))
                      + f"   {text}")
-    lines += [f"{'ERR':>{w}s}: {k}", f"{'MIS':>{w}s}: 0"]
+    lines += [f"{'ERR':>{w}s}: {k:10d}", f"{'MIS':>{w}s}: {0:10d}"]
     return ("\n".join(lines) + "\n").encode()
 
 

@@ -70,11 +70,13 @@ class InterruptsReader:
     dropped.
     """
 
-    __slots__ = ("_plan",)
+    __slots__ = ("_min_counts", "_plan")
 
-    def __init__(self) -> None:
+    def __init__(self, min_counts: int = 1024) -> None:
+        #: Fewer counts are read line by line: NumPy's fixed cost would exceed the gain.
+        self._min_counts = min_counts
         #: (length, fixed byte positions, their bytes, count starts, CPU count, slot
-        #: matrix, CPUs) or None.
+        #: blocks, CPUs) or None.
         self._plan: tuple | None = None
 
     def read(self, data: bytes) -> dict[int, tuple[int, ...]]:
@@ -84,7 +86,8 @@ class InterruptsReader:
             if rows is not None:
                 return rows
         rows = parse_interrupts(data)
-        self._plan = self._make_plan(data)
+        self._plan = self._make_plan(data) if len(rows) * data.count(b"\n") >= \
+            self._min_counts else None
         if self._plan is not None and self._fast(data) != rows:
             self._plan = None
         return rows
@@ -145,25 +148,39 @@ class InterruptsReader:
         width = n * _COUNT
         fields = np.frombuffer(b"".join([data[s:s + width] for s in starts]),
                                dtype=np.uint8).reshape(len(starts), n, _COUNT)
-        space = fields == _SPACE
-        # Every field: the separator, then spaces, then digits to its end (so a digit is
-        # followed by a space only where the next field starts).
-        flat = space.ravel()
-        if not (space[:, :, 0].all() and not space[:, :, -1].any()
-                and ((fields - np.uint8(_ZERO) < 10) | space).all()
-                and int(np.count_nonzero(flat[1:] & ~flat[:-1])) == fields.shape[0] * n - 1):
-            return None
-        digits = np.maximum(fields, np.uint8(_ZERO)) - np.uint8(_ZERO)  # spaces read 0
+        # In chunks of lines whose work arrays stay in cache, allocated once: megabytes of
+        # temporaries would cost a page fault per 4 KiB on every read.
+        rows = max(1, _CHUNK_BYTES // width)
+        space = np.empty((rows, n, _COUNT), dtype=bool)
+        work = np.empty((rows, n, _COUNT), dtype=np.uint8)
+        step = np.empty(rows * width - 1, dtype=bool)
         totals = [[0] * n for _ in range(_FIELDS)]
         for slot, a, b in blocks:
-            # Sums of each digit column over the slot's lines, weighed by place value:
-            # exact in integers, one pass over the bytes (9 * lines fits 16 bits up to
-            # 7281 lines).
-            sums = digits[a:b].sum(axis=0, dtype=np.uint16 if b - a <= 7281 else np.int64)
-            totals[slot] = (sums[:, 1:].astype(np.int64) @ _PLACES).tolist()
+            sums = np.zeros((n, _COUNT), dtype=np.int64)
+            for c in range(a, b, rows):
+                f = fields[c : min(b, c + rows)]
+                k = len(f)
+                sp, w, st = space[:k], work[:k], step[: k * width - 1]
+                np.equal(f, _SPACE, out=sp)
+                np.subtract(f, _ZERO, out=w)  # digits 0-9; a space wraps to 240
+                flat = sp.reshape(-1)
+                np.greater(flat[1:], flat[:-1], out=st)  # a space after a digit
+                # Every field: the separator, then spaces, then digits to its end (so a
+                # space follows a digit only where the next field starts).
+                if not (sp[:, :, 0].all() and not sp[:, :, -1].any()
+                        and np.count_nonzero(st) == k * n - 1
+                        and np.count_nonzero(w < 10) + np.count_nonzero(sp) == w.size):
+                    return None
+                w[sp] = 0
+                # Sums of each digit column over the slot's lines (9 * lines fits 16 bits),
+                # weighed by place value below: exact in integers.
+                sums += w.sum(axis=0, dtype=np.uint16)
+            totals[slot] = (sums[:, 1:] @ _PLACES).tolist()
         return dict(zip(cpus, zip(*totals, strict=True), strict=True))
 
 
+#: Bytes of counts handled at once (see _fast).
+_CHUNK_BYTES = 1 << 16
 _PLACES = 10 ** np.arange(_COUNT - 2, -1, -1, dtype=np.int64)
 
 
