@@ -59,6 +59,8 @@ from rezolus_ue.agent import Agent, SamplerState  # noqa: E402
 from rezolus_ue.linux import rtnetlink as rtnl  # noqa: E402
 from rezolus_ue.samplers import REGISTRY, Roots, SamplerContext, options  # noqa: E402
 from rezolus_ue.samplers.base import Sampler, SharedFiles  # noqa: E402
+from rezolus_ue.samplers.cpu_interrupts.sampler import parse_interrupts  # noqa: E402
+from rezolus_ue.samplers.cpu_usage.sampler import busy_ppm, parse_proc_stat_cpus  # noqa: E402
 from rezolus_ue.samplers.network import sampler as network_sampler  # noqa: E402
 from rezolus_ue.samplers.network.sampler import COUNTERS  # noqa: E402
 
@@ -461,6 +463,47 @@ def fake_ns(s: Sampler) -> int:
     return fake.spent_ns if fake is not None else 0
 
 
+# --- before the fixes of issue 16, for before/after in one run -----------------------------
+
+class LineInterrupts:
+    """cpu_interrupts' parse before InterruptsReader: the line-by-line parse, every read."""
+
+    @staticmethod
+    def read(data: bytes) -> dict[int, tuple[int, ...]]:
+        return parse_interrupts(data)
+
+
+class LineTimes:
+    """cpu_usage's parse before CpuTimes: line by line, a ``busy_ppm`` call per CPU."""
+
+    def __init__(self, tick_ns: int) -> None:
+        self.tick_ns = tick_ns
+        self.prev: dict[int, tuple[int, ...]] = {}
+
+    def rows(self, data: bytes) -> dict[tuple, tuple[int, ...]]:
+        rows = {}
+        for row in parse_proc_stat_cpus(data, self.tick_ns):
+            cpu, times = row[0], row[1:]
+            rows[(cpu,)] = (*times, busy_ppm(times, self.prev.get(cpu)))
+            self.prev[cpu] = times
+        return rows
+
+
+#: How to put a started sampler back as it was before the fixes (sampler -> patch).
+BEFORE: dict[str, Callable[[Sampler], None]] = {
+    "cpu_interrupts": lambda s: setattr(s, "_reader", LineInterrupts()),
+    "cpu_usage": lambda s: setattr(s, "_times", LineTimes(s._times._tick_ns)),  # type: ignore
+}
+
+
+def as_before(s: Sampler) -> Sampler:
+    """Return ``s`` patched back to its code before the fixes (if it had any)."""
+    patch = BEFORE.get(s.name)
+    if patch is not None:
+        patch(s)
+    return s
+
+
 class Clock:
     """The samplers' own clocks (rescans, refreshes) follow the simulated ticks."""
 
@@ -507,7 +550,7 @@ def rescan_us(s: Sampler, repeats: int) -> float:
     return statistics.median(times)
 
 
-def per_second(name: str, t: Tree, intervals: int) -> float:
+def per_second(name: str, t: Tree, intervals: int, before: bool = False) -> float:
     """Return sampler ``name``'s CPU µs per second at default intervals on ``t`` (the
     median interval, plus the cgroup walk's share: one every 10 s). The agent sampler
     reports on an agent holding every measured sampler."""
@@ -518,6 +561,8 @@ def per_second(name: str, t: Tree, intervals: int) -> float:
         assert s is not None
     else:
         s = start(name, t)
+    if before:
+        as_before(s)
     try:
         files = MOVING.get(name, ())
         drive(s, t, 2, files)  # plans made, caches filled, the first walk done
@@ -559,9 +604,10 @@ def sweep(names: tuple[str, ...], hosts: list[Host], unit: str, sizes: list[int]
 
 # --- the whole agent, paced ------------------------------------------------------------------
 
-def build_agent(t: Tree) -> tuple[Agent, list[Sampler]]:
+def build_agent(t: Tree, before: bool = False) -> tuple[Agent, list[Sampler]]:
     """Return an agent with every measured sampler on ``t``; network reads netlink (a
-    synthetic dump), as it does by default on a real host."""
+    synthetic dump), as it does by default on a real host; ``before``: as before the
+    fixes."""
     conf = config.defaults(options())
     agent = Agent(conf, Path("/nonexistent"))
     started = []
@@ -569,15 +615,17 @@ def build_agent(t: Tree) -> tuple[Agent, list[Sampler]]:
         if name == "network":
             continue
         s = start(name, t, agent)
+        if before:
+            as_before(s)
         agent.states[name.split("/")[0]] = SamplerState(name, s, "idle")
         started.append(s)
     return agent, started
 
 
-def paced(t: Tree, seconds: float) -> float:
+def paced(t: Tree, seconds: float, before: bool = False) -> float:
     """Return the agent's CPU share (% of one core) on its tick schedule: sleeping between
     ticks (cold caches, as in production), the counters moving after each tick (untimed)."""
-    agent, samplers = build_agent(t)
+    agent, samplers = build_agent(t, before)
     try:
         now = time.monotonic_ns
         agent.tick(now(), True)
@@ -612,6 +660,33 @@ def profiles(intervals: int, seconds: float) -> None:
               f"   (paced, {seconds:.0f} s; target for the Kubernetes node <= 2%)")
 
 
+def before_after(intervals: int, seconds: float, rounds: int) -> None:
+    """Print the fixed samplers and the whole agent before and after the fixes, measured
+    in turn (before, after, before, ...) in this run; medians of ``rounds``."""
+    label = "128-CPU Kubernetes node"
+    cases = [(f"{label}", PROFILES[label]), ("256 CPUs", Host(cpus=256))]
+    print(f"\n## before / after the fixes (this run, {rounds} interleaved rounds, medians;"
+          " before: " + ", ".join(BEFORE) + " as they were)")
+    for what, h in cases:
+        with tree(h) as t:
+            for name in BEFORE:
+                got: dict[bool, list[float]] = {True: [], False: []}
+                for _ in range(rounds):
+                    for b in (True, False):
+                        got[b].append(per_second(name, t, intervals, before=b))
+                old, new = (statistics.median(got[b]) for b in (True, False))
+                print(f"{name:18s} {what:24s} before {old:9.1f} µs/s   after {new:9.1f} µs/s"
+                      f"   ({old / new:.1f}x)")
+    with tree(PROFILES[label]) as t:
+        shares: dict[bool, list[float]] = {True: [], False: []}
+        for _ in range(rounds):
+            for b in (True, False):
+                shares[b].append(paced(t, seconds / 2, before=b))
+    old, new = (statistics.median(shares[b]) for b in (True, False))
+    print(f"agent CPU, {label}, paced: before {old:.3f} % of a core, after {new:.3f} % of a"
+          f" core   ({old / new:.2f}x)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="few repeats (a smoke test)")
@@ -641,6 +716,7 @@ def main() -> int:
     print("\nnot measured here: perf_software, perf_hardware (perf_event_open per CPU; no"
           " fixture root: bench/collect.py), BPF samplers (bench/overhead.py)")
     profiles(intervals, seconds)
+    before_after(intervals, seconds, 1 if args.quick else 3)
     return 0
 
 
