@@ -135,7 +135,7 @@ class InterruptsReader:
         slots = [slot for slot, _at in counted]
         blocks = tuple((slot, slots.index(slot), len(slots) - slots[::-1].index(slot))
                        for slot in sorted(set(slots)))
-        positions = np.flatnonzero(fixed)
+        positions = np.flatnonzero(fixed).astype(np.int32)  # a file under 2 GiB: half the bytes
         expected = np.frombuffer(data, dtype=np.uint8)[positions].copy()
         return len(data), positions, expected, [at for _s, at in counted], n, blocks, cpus
 
