@@ -150,7 +150,7 @@ class InterruptsReader:
                                dtype=np.uint8).reshape(len(starts), n, _COUNT)
         # In chunks of lines whose work arrays stay in cache, allocated once: megabytes of
         # temporaries would cost a page fault per 4 KiB on every read.
-        rows = max(1, _CHUNK_BYTES // width)
+        rows = max(1, min(_CHUNK_BYTES // width, _MAX_ROWS))
         space = np.empty((rows, n, _COUNT), dtype=bool)
         work = np.empty((rows, n, _COUNT), dtype=np.uint8)
         step = np.empty(rows * width - 1, dtype=bool)
@@ -180,7 +180,9 @@ class InterruptsReader:
 
 
 #: Bytes of counts handled at once (see _fast).
-_CHUNK_BYTES = 1 << 16
+_CHUNK_BYTES = 1 << 18
+#: Most lines summed at once: 9 (a digit) times as many fits the 16-bit sums.
+_MAX_ROWS = 0xFFFF // 9
 _PLACES = 10 ** np.arange(_COUNT - 2, -1, -1, dtype=np.int64)
 
 
