@@ -187,3 +187,16 @@ def test_host_has_a_row_per_online_cpu_and_counts_grow() -> None:
     for cpu in before:
         assert all(a >= b for a, b in zip(after[cpu], before[cpu], strict=True)), cpu
     assert sum(sum(r) for r in after.values()) > 0
+
+
+def test_reader_sums_many_lines_of_nines_exactly() -> None:
+    # One CPU, 8,000 device lines of the largest count: more lines than one 16-bit sum of
+    # digit columns can hold (the reader sums at most 7,281 at once).
+    lines = ["           CPU0"]
+    lines += [f"{i:5d}: {4294967295:10d}  IO-APIC   {i}-edge      dev{i}" for i in range(8000)]
+    lines += [f"{'LOC':>5s}: {4294967295:10d}   Local timer interrupts"]
+    data = ("\n".join(lines) + "\n").encode()
+    reader = InterruptsReader(min_counts=0)
+    for _ in range(2):
+        assert reader.read(data) == parse_interrupts(data)
+    assert reader._plan is not None
