@@ -77,6 +77,35 @@ def test_overhead_runs_every_configuration() -> None:
     ov.report_agent_cpu(res)
 
 
+def test_scale_runs_every_sampler_on_a_small_synthetic_host() -> None:
+    scale = load("scale")
+    host = scale.Host(cpus=4, disks=2, nics=3, cgroups=12)
+    with scale.tree(host) as t:
+        for name in scale.SAMPLERS:
+            assert scale.per_second(name, t, 1) > 0, name
+        for name in scale.FIXED_SAMPLERS:
+            with scale.old_code(True):
+                assert scale.per_second(name, t, 1, before=True) > 0, name
+        assert scale.paced(t, 1.0) > 0
+    slope, exponent = scale.fit([1, 2, 4], [1.0, 2.0, 4.0])
+    assert round(slope, 6) == 1.0 and round(exponent, 6) == 1.0
+
+
+def test_scale_fixtures_read_as_the_samplers_expect() -> None:
+    """The synthetic files take the samplers' fast paths, as the kernel's would."""
+    from rezolus_ue.samplers.cpu_interrupts.sampler import InterruptsReader, parse_interrupts
+    from rezolus_ue.samplers.cpu_usage.sampler import CpuTimes
+
+    scale = load("scale")
+    host = scale.Host(cpus=32)
+    reader, times = InterruptsReader(), CpuTimes(10_000_000)
+    for k in range(3):
+        data = scale.proc_interrupts(host, k)
+        assert reader.read(data) == parse_interrupts(data)
+        times.rows(scale.proc_stat(host, k))
+    assert reader._plan is not None and times._last is not None
+
+
 def test_all_extracts_figures_and_renders_the_table() -> None:
     all_ = load("all")
     outputs = {

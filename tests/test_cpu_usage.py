@@ -342,3 +342,33 @@ def test_host_proc_stat_accounts_for_all_time() -> None:
             return
         seen.append(f"{delta / 1e9:.3f} CPU-s over {elapsed / 1e9:.3f}s")
     raise AssertionError(f"in no window did {ncpu} CPUs' columns add up to wall time: {seen}")
+
+
+def test_cpu_times_reads_what_the_line_parse_and_busy_ppm_give() -> None:
+    from rezolus_ue.samplers.cpu_usage.sampler import FAST_CPUS, CpuTimes
+
+    def text(ticks: list[list[int]], extra: str = "") -> bytes:
+        agg = [sum(col) for col in zip(*ticks, strict=True)]
+        lines = ["cpu  " + " ".join(map(str, agg))]
+        lines += [f"cpu{c} " + " ".join(map(str, t)) for c, t in enumerate(ticks)]
+        return ("\n".join(lines) + extra + "\nintr 5 0 1\nctxt 9\n").encode()
+
+    n = FAST_CPUS * 2
+    base = [[1000 * c + j for j in range(10)] for c in range(n)]
+    steps = [text(base)]
+    for k in range(1, 8):
+        ticks = [[v + k * (c + j) for j, v in enumerate(t)] for c, t in enumerate(base)]
+        if k == 3:
+            ticks[2][0] -= 50  # a counter went back
+        if k == 5:
+            ticks[1][3] += 10**12  # a step too long for the exact float arithmetic
+        steps.append(text(ticks, " 7" if k == 6 else ""))  # k=6: another layout
+    steps.append(steps[0].replace(b"cpu3 ", b"cpu3 x"))  # garbled
+    times, prev = CpuTimes(10_000_000), {}
+    for data in [*steps, *steps]:
+        expected = {}
+        for row in parse_proc_stat_cpus(data, 10_000_000):
+            cpu, t = row[0], row[1:]
+            expected[(cpu,)] = (*t, busy_ppm(t, prev.get(cpu)))
+            prev[cpu] = t
+        assert times.rows(data) == expected

@@ -502,3 +502,54 @@ def test_sparse_histogram_records_agree_with_h2(seed: int) -> None:
     parts = h2.split_sparse(h2.encode_sparse(counts), schema.fields[-1].max_len)
     head = ("a", 1, 2, 3, int(counts.sum()), *qs, h2.GROUPING_POWER, h2.MAX_VALUE_POWER)
     assert recs == [(*head, i, len(parts), p) for i, p in enumerate(parts)]
+
+
+def test_the_numpy_summary_gives_the_loops_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Families of many label sets are summarised with NumPy (VECTOR_SERIES): the same
+    records as the loop, value for value and type for type, with counters that reset,
+    gauges below 0, label sets that come and go, and two samples at one time."""
+    import random
+
+    from rezolus_ue.metrics import family
+    from rezolus_ue.samplers.cpu_softirq import CPU_SOFTIRQ as FAMILY
+
+    taken = []
+    arrays_summary = Oversampler._summarise_arrays
+
+    def counted(self: Oversampler, *args: object) -> object:
+        out = arrays_summary(self, *args)  # type: ignore[arg-type]
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(Oversampler, "_summarise_arrays", counted)
+    rng = random.Random(7)
+    m = len(FAMILY.scalars)
+    keys = [(i,) for i in range(40)]
+    state = {k: [rng.randint(0, 10**9) for _ in range(m)] for k in keys}
+    loop, arrays = Oversampler(FAMILY), Oversampler(FAMILY)
+    t = 10**9
+    for interval in range(30):
+        for _ in range(rng.choice([1, 2, 10])):
+            t += 0 if interval == 7 else rng.choice([99_999_999, 100_000_000])
+            rows = {}
+            for k in keys:
+                if interval == 11 and k == (3,):
+                    continue
+                v = state[k]
+                for j in range(m):
+                    x = rng.random()
+                    v[j] = (v[j] if x < 0.4 else rng.randint(0, 100) if x < 0.42
+                            else -rng.randint(0, 100) if x < 0.43 else v[j] + rng.randint(0, 10**6))
+                rows[k] = tuple(v)
+            loop.add(t, rows)
+            arrays.add(t, rows)
+        saved = family.VECTOR_SERIES
+        try:
+            family.VECTOR_SERIES = 10**9
+            expected = loop.publish()
+            family.VECTOR_SERIES = 0
+            got = arrays.publish()
+        finally:
+            family.VECTOR_SERIES = saved
+        assert repr(got) == repr(expected)
+    assert sum(taken) >= 10  # most intervals took the NumPy path

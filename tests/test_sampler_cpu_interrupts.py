@@ -32,7 +32,11 @@ from helpers import (
 from rezolus_ue.errors import SamplerUnavailable
 from rezolus_ue.linux.procfs import parse_cpu_list
 from rezolus_ue.samplers.cpu_interrupts import CPU_INTERRUPTS
-from rezolus_ue.samplers.cpu_interrupts.sampler import CpuInterrupts, parse_interrupts
+from rezolus_ue.samplers.cpu_interrupts.sampler import (
+    CpuInterrupts,
+    InterruptsReader,
+    parse_interrupts,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "procfs"
 CASES = ["interrupts_x86", "interrupts_arm64", "interrupts_offline"]
@@ -67,6 +71,27 @@ def test_x86_named_lines_by_description_and_numbered_lines_as_device() -> None:
     rows = parsed("interrupts_x86")
     assert [r["device"] for r in rows] == device
     assert [r["local_timer"] for r in rows] == loc
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_reader_gives_what_the_line_parse_gives(case: str) -> None:
+    data = (FIXTURES / case / "interrupts").read_bytes()
+    reader = InterruptsReader(min_counts=0)
+    assert reader.read(data) == parse_interrupts(data)
+    # Counts moved (same widths), then one grown past its field, then garbled: each read
+    # is the line parse's, whichever path gives it.
+    moved = data.replace(b"        ", b"       1", 3)
+    wider = data.replace(b"         0", b"12345678901", 1)
+    garbled = data.replace(b"         0", b"    1    0", 1)
+    for text in (moved, data, wider, moved, garbled, data):
+        assert reader.read(text) == parse_interrupts(text)
+
+
+def test_reader_reads_the_fixed_width_layout_by_plan() -> None:
+    data = (FIXTURES / "interrupts_x86" / "interrupts").read_bytes()
+    reader = InterruptsReader(min_counts=0)
+    reader.read(data)
+    assert reader._plan is not None  # the kernel's " %10u" layout: the fast path is taken
 
 
 def test_arm64_ipis_by_description() -> None:
@@ -162,3 +187,16 @@ def test_host_has_a_row_per_online_cpu_and_counts_grow() -> None:
     for cpu in before:
         assert all(a >= b for a, b in zip(after[cpu], before[cpu], strict=True)), cpu
     assert sum(sum(r) for r in after.values()) > 0
+
+
+def test_reader_sums_many_lines_of_nines_exactly() -> None:
+    # One CPU, 8,000 device lines of the largest count: more lines than one 16-bit sum of
+    # digit columns can hold (the reader sums at most 7,281 at once).
+    lines = ["           CPU0"]
+    lines += [f"{i:5d}: {4294967295:10d}  IO-APIC   {i}-edge      dev{i}" for i in range(8000)]
+    lines += [f"{'LOC':>5s}: {4294967295:10d}   Local timer interrupts"]
+    data = ("\n".join(lines) + "\n").encode()
+    reader = InterruptsReader(min_counts=0)
+    for _ in range(2):
+        assert reader.read(data) == parse_interrupts(data)
+    assert reader._plan is not None

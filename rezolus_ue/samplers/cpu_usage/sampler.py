@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from operator import sub
+
+import numpy as np
 
 from ...linux.procfs import KeptOpen, parse_cpu_list
 from ...metrics.family import Family
@@ -54,6 +57,116 @@ def busy_ppm(now: Sequence[int], before: Sequence[int] | None) -> int:
     return round(1_000_000 * (total - d[_IDLE] - d[_IOWAIT]) / total)
 
 
+#: Columns of every cpu line of Linux >= 2.6.33 (user ... guest_nice): the fast path's.
+_LINE_COLUMNS = 10
+#: Largest total of a CPU's times over one step that ``busy_ppm``'s arithmetic keeps exact
+#: in float64 (1e6 * busy < 2**53): 9 s; a 100 ms step holds at most 0.1 s a CPU.
+_EXACT_NS = (1 << 53) // 1_000_000
+#: Fewer CPUs are parsed line by line: NumPy's fixed cost would exceed the gain.
+FAST_CPUS = 8
+#: The bytes of the cpu lines the fast path reads; any other byte and it does not.
+_CPU_LINE_BYTES = b"0123456789 \ncpu"
+
+
+class CpuTimes:
+    """The CPU_USAGE rows of /proc/stat texts in turn: per CPU its times and its busy share
+    since the previous text (``busy_ppm``).
+
+    At 128 CPUs the line-by-line parse and a ``busy_ppm`` call per CPU cost 360 us a text,
+    read every 100 ms (bench/scale.py). The cpu lines keep their layout for the life of a
+    kernel (ten columns since 2.6.33), so once a text has been parsed line by line (and
+    read the same the fast way) the next ones are read with one NumPy conversion of the
+    numbers (each line's start marked by a -1, which no column can be), and every CPU's
+    busy share is computed at once in exact arithmetic (integers, then the one float
+    division Python's makes). A text of another shape, steps too long for that arithmetic,
+    or fewer than FAST_CPUS CPUs: the line-by-line way.
+    """
+
+    __slots__ = ("_cpus", "_last", "_prev", "_tick_ns")
+
+    def __init__(self, tick_ns: int) -> None:
+        self._tick_ns = tick_ns
+        #: cpu -> its times at the previous text.
+        self._prev: dict[int, tuple[int, ...]] = {}
+        #: The CPU numbers of the layout planned (the fast path's), or None.
+        self._cpus: list[int] | None = None
+        #: The times of the previous text as an array, if it was read the fast way.
+        self._last: np.ndarray | None = None
+
+    def rows(self, data: bytes) -> dict[tuple, tuple[int, ...]]:
+        """Return {(cpu,): (user_ns, ..., steal_ns, busy_ppm)} of a /proc/stat text."""
+        if self._cpus is not None:
+            rows = self._fast(data)
+            if rows is not None:
+                return rows
+        self._last = self._cpus = None
+        rows = {}
+        prev = self._prev
+        parsed = parse_proc_stat_cpus(data, self._tick_ns)
+        for row in parsed:
+            cpu, times = row[0], row[1:]
+            rows[(cpu,)] = (*times, busy_ppm(times, prev.get(cpu)))
+            prev[cpu] = times
+        if len(parsed) >= FAST_CPUS:
+            numbers = self._numbers(data)
+            if numbers is not None and numbers[0].tolist() == [r[0] for r in parsed] and \
+                    (numbers[1] * self._tick_ns).tolist() == [list(r[1:]) for r in parsed]:
+                self._cpus = [r[0] for r in parsed]
+        return rows
+
+    def _numbers(self, data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
+        """Return the CPU numbers and the eight published columns of each cpu line (in
+        ticks), or None if the cpu lines are not all ``cpuN`` and ten decimal columns of
+        a size the arithmetic keeps exact (below 2**59 ns: a sum of eight differences
+        fits 64 bits)."""
+        end = data.find(b"\nintr")
+        region = data if end < 0 else data[:end]
+        if region[:4] != b"cpu " or region.translate(None, _CPU_LINE_BYTES):
+            return None
+        text = region[3:].replace(b"\ncpu", b" -1 ")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # text that is not numbers
+            values = np.fromstring(text, dtype=np.int64, sep=" ")  # type: ignore[call-overload]
+        width = _LINE_COLUMNS + 2  # the -1, the CPU number, the columns
+        lines = (len(values) - _LINE_COLUMNS) // width
+        if lines <= 0 or len(values) != _LINE_COLUMNS + lines * width:
+            return None
+        table = values[_LINE_COLUMNS:].reshape(lines, width)
+        if (table[:, 0] != -1).any() or int(table[:, 1:].max()) > (1 << 59) // self._tick_ns \
+                or int(table[:, 1:].min()) < 0:
+            return None
+        return table[:, 1], table[:, 2 : 2 + _COLUMNS]
+
+    def _fast(self, data: bytes) -> dict[tuple, tuple[int, ...]] | None:
+        cpus = self._cpus
+        numbers = self._numbers(data)
+        if numbers is None or len(numbers[0]) != len(cpus) or numbers[0].tolist() != cpus:
+            return None
+        now = numbers[1] * self._tick_ns
+        times = list(map(tuple, now.tolist()))
+        ppm = self._busy(now)
+        if ppm is None:
+            prev = self._prev
+            ppm = [busy_ppm(t, prev.get(c)) for c, t in zip(cpus, times, strict=True)]
+        self._prev.update(zip(cpus, times, strict=True))
+        self._last = now
+        return {(c,): (*t, p) for c, t, p in zip(cpus, times, ppm, strict=True)}
+
+    def _busy(self, now: np.ndarray) -> list[int] | None:
+        """Return every CPU's ``busy_ppm`` against the previous text, or None when that
+        was not read the fast way or a step is too long for exact arithmetic."""
+        if self._last is None:
+            return None
+        d = now - self._last
+        total = d.sum(axis=1)
+        if int(total.max(initial=0)) > _EXACT_NS:
+            return None
+        busy = total - d[:, _IDLE] - d[:, _IOWAIT]
+        ok = (d.min(axis=1) >= 0) & (total > 0)
+        ppm = np.rint((busy * 1_000_000).astype(np.float64) / np.where(ok, total, 1))
+        return np.where(ok, ppm, 0).astype(np.int64).tolist()
+
+
 class CpuUsage(FamilySampler):
     """Per-CPU user/nice/system/idle/iowait/irq/softirq/steal time, busy %, online CPUs."""
 
@@ -69,8 +182,7 @@ class CpuUsage(FamilySampler):
             # The agent does not close() a sampler that failed to start.
             self._stat.close()
             raise
-        self._tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
-        self._prev: dict[int, tuple[int, ...]] = {}
+        self._times = CpuTimes(1_000_000_000 // os.sysconf("SC_CLK_TCK"))
 
     def capture(self) -> dict[Family, bytes]:
         raw = {}
@@ -83,13 +195,7 @@ class CpuUsage(FamilySampler):
     def parse(self, raw: dict[Family, bytes]) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
         out: dict[Family, Mapping[tuple, Sequence[int]]] = {}
         if (data := raw.get(CPU_USAGE)) is not None:
-            rows = {}
-            prev = self._prev
-            for row in parse_proc_stat_cpus(data, self._tick_ns):
-                cpu, times = row[0], row[1:]
-                rows[(cpu,)] = (*times, busy_ppm(times, prev.get(cpu)))
-                prev[cpu] = times
-            out[CPU_USAGE] = rows
+            out[CPU_USAGE] = self._times.rows(data)
         if (data := raw.get(CPU_CORES)) is not None:
             out[CPU_CORES] = {(): (len(parse_cpu_list(data.decode("ascii", "replace"))),)}
         return out
