@@ -20,17 +20,20 @@ rotated round by round, and in each the three workloads (``perf bench sched mess
 ``perf bench syscall basic``, getppid in a loop: syscall-bound; ``dd`` of 4 KiB
 O_DIRECT reads from a loop device over a tmpfs file: block IO requests without a disk):
 ``none``; ``floor`` (bench/bpf/null_syscalls.bpf.c: programs on sys_enter and sys_exit
-that return at once, the least any syscall sampler costs); ``rezolus`` (its programs,
-attached, their maps not read: reading them costs the agent, not the workload); ``ours``
-(our samplers for the same hooks at their defaults, publishing every second as the
-agent does: overhead.py's configuration); ``ours_sN`` (the same with the syscall
-sampler's ``latency_sample = N``: 1 call in N timed, every call counted); ``floor1``
-(the floor's sys_exit program alone: the least a one-program syscall sampler costs). The figure is
-the CPU time (user + system) of the workload's processes, where a BPF program's cost
-lands (block IO completions run in the loop device's worker: their cost is in the
-per-program table only); slowdown = median over rounds of each round's time / that
-round's ``none``. Then one more round with ``kernel.bpf_stats_enabled`` gives every
-program's runs and ns per run (the statistics add two clock reads per run: upper bounds).
+that return at once, the least any syscall sampler costs); ``floor1`` (its sys_exit
+program alone: the least a one-program syscall sampler costs); ``rezolus`` (its
+programs, attached, their maps not read: reading them costs the agent, not the
+workload); ``ours`` (our samplers for the same hooks at their defaults, publishing every
+second as the agent does: overhead.py's configuration); ``ours_sN`` (the same with the
+syscall sampler's ``latency_sample = N``: 1 call in N timed, every call counted).
+
+The figure is the CPU time (user + system) of the workload's processes, where a BPF
+program's cost lands; slowdown = median over rounds of each round's time / that round's
+``none``. Block IO completions run in the loop device's worker, so their cost is in the
+per-program table only, which is also the steadier figure for the block hooks (the io
+workload's CPU time is a few hundred ms, noisy on a shared machine). After the rounds,
+one more round with ``kernel.bpf_stats_enabled`` gives every program's runs and ns per
+run (the statistics add two clock reads per run: upper bounds).
 
 Prints figures; asserts nothing.
 """
@@ -50,8 +53,6 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -153,10 +154,9 @@ class RezolusPrograms:
                 continue
             res.objects.append(obj)
             if "syscall_lut" in obj.maps and arch is not None:
-                lut = obj.maps["syscall_lut"].mmap(writable=True)
-                np.frombuffer(lut, dtype=np.uint64)[:table.MAX_SYSCALL_ID] = \
-                    table.lookup_table(arch)
-                lut.close()
+                codes = table.lookup_table(arch).astype("<u8").tobytes()  # its u64 values
+                with obj.maps["syscall_lut"].mmap(writable=True) as lut:
+                    lut[:len(codes)] = codes
             for p in obj.programs.values():
                 if not p.autoload:
                     continue
@@ -173,7 +173,8 @@ class RezolusPrograms:
         """Attach every attachable program for the block."""
         links = []
         try:
-            links = [p.attach() for p in self.programs.values()]
+            for p in self.programs.values():
+                links.append(p.attach())
             yield
         finally:
             for link in links:

@@ -142,6 +142,9 @@ def test_rezolus_compare_builds_loads_and_measures() -> None:
     rz = rc.RezolusPrograms.load(objects)
     try:
         assert any(k.startswith("syscall_counts/") for k in rz.programs), rz.left_out
+        lut = next(o for o in rz.objects if "syscall_lut" in o.maps).maps["syscall_lut"]
+        with lut.mmap() as m:
+            assert any(m[:8 * 1024]), "syscall_lut not filled"
         work = rc.workloads(rc.Sizes(1, 5, 1000, 16), None)
         configs = {"none": contextlib.nullcontext, "floor1": rc.null_exit_attached,
                    "rezolus": rz.attached}
