@@ -5,6 +5,8 @@ with its target, and each benchmark's full output.
     sudo .venv/bin/python bench/all.py --quick              # short runs, for a smoke test
     sudo .venv/bin/python bench/all.py --vm ../shared/vmkernel/bzImage
                                           # also the enabled-write cost, in a VM
+    sudo .venv/bin/python bench/all.py --rezolus ../rezolus   # also BPF cost against
+                                          # Rezolus's programs (a checkout; or REZOLUS_SRC)
 
 Each benchmark runs as its own process (``bench/<name>.py``), one after the other, so
 they do not disturb each other; their figures are taken from their output by the
@@ -107,6 +109,21 @@ FIGURES = (
            "% of a core", ""),
     Figure("scale", "the same, small VM (2 CPUs, 1 disk, 2 NICs, 10 cgroups)",
            r"agent CPU, small VM, 100 ms / 1 s, every event: ([\d.]+) %", "% of a core", ""),
+    Figure("rezolus_compare", "messaging, Rezolus's programs for the same hooks",
+           r"\nmessaging: [^\n]*?\brezolus ([+-][\d.]+)%", "% (CPU time)", ""),
+    Figure("rezolus_compare", "messaging, do-nothing floor (raw_syscalls enter + exit)",
+           r"\nmessaging: [^\n]*?\bfloor ([+-][\d.]+)%", "% (CPU time)", ""),
+    Figure("rezolus_compare", "messaging, ours (same hooks, defaults)",
+           r"\nmessaging: [^\n]*?\bours ([+-][\d.]+)%", "% (CPU time)",
+           "<= floor + 3 points"),
+    Figure("rezolus_compare", "messaging, ours above the floor",
+           r"messaging ours above floor: ([+-][\d.]+) points", "points", "<= 3"),
+    Figure("rezolus_compare", "syscall-bound (getppid), Rezolus's programs",
+           r"\nsyscall: [^\n]*?\brezolus ([+-][\d.]+)%", "% (CPU time)", ""),
+    Figure("rezolus_compare", "syscall-bound (getppid), ours",
+           r"\nsyscall: [^\n]*?\bours ([+-][\d.]+)%", "% (CPU time)", ""),
+    Figure("rezolus_compare", "syscall-bound (getppid), floor",
+           r"\nsyscall: [^\n]*?\bfloor ([+-][\d.]+)%", "% (CPU time)", ""),
     Figure("top", "top: one frame, 64 CPUs, 200x60 (ingest + render + draw)",
            r"\s+64\s+50\s+200x60\s+\d+\s+[\d.]+ms\s+[\d.]+ms\s+[\d.]+ms\s+([\d.]+)ms",
            "ms", "CPU share at 1 Hz = ms/10 %"),
@@ -116,8 +133,9 @@ FIGURES = (
 )
 
 
-def commands(quick: bool, vm: str | None) -> dict[str, list[str]]:
-    """Return each benchmark's command line."""
+def commands(quick: bool, vm: str | None, rezolus: str | None = None) -> dict[str, list[str]]:
+    """Return each benchmark's command line (``rezolus``: a Rezolus source checkout; without
+    one, rezolus_compare prints one line saying it skipped)."""
     py = sys.executable
     return {
         # The disabled check is a host figure (the VM emulates its CPU: ~26x slower); the
@@ -130,6 +148,8 @@ def commands(quick: bool, vm: str | None) -> dict[str, list[str]]:
         "top": [py, "bench/top.py", *(["--frames", "3"] if quick else [])],
         "scale": [py, "bench/scale.py", *(["--quick"] if quick else [])],
         "bpf_hooks": [py, "bench/bpf_hooks.py", "--seconds", "3" if quick else "20"],
+        "rezolus_compare": [py, "bench/rezolus_compare.py", *(["--quick"] if quick else []),
+                            *(["--rezolus", rezolus] if rezolus else [])],
         "transports": [py, "bench/transports.py", *(["-n", "20000", "--seconds", "3",
                                                       "--rounds", "1"] if quick else [])],
         # Last: its emulated CPU loads the machine long after it exits.
@@ -171,7 +191,9 @@ def extract(outputs: dict[str, str]) -> list[tuple[Figure, str]]:
                          else "not run"))
             continue
         m = re.search(f.pattern, out)
-        rows.append((f, f"{m.group(1)} {f.unit}" if m else "not measured"))
+        skipped = re.search(rf"^{f.bench}: (skipped: .*)$", out, re.M)
+        rows.append((f, f"{m.group(1)} {f.unit}" if m else skipped.group(1) if skipped
+                     else "not measured"))
     return rows
 
 
@@ -196,7 +218,7 @@ def render(outputs: dict[str, str], seconds: dict[str, float], argv: list[str],
     today = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d}"
     sections = {name: (f"{name} ({seconds[name]:.0f} s, {today})", out)
                 for name, out in outputs.items()}
-    for name in commands(False, "vm"):  # one order, whichever run wrote a section
+    for name in commands(False, "vm", "rezolus"):  # one order, whichever run wrote a section
         heading, out = sections.get(name) or kept.get(name) or ("", "")
         if heading:
             lines += [f"## {heading}", "", "```", out.rstrip(), "```", ""]
@@ -230,6 +252,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="short runs (figures are rough)")
     ap.add_argument("--vm", metavar="BZIMAGE", help="measure the enabled write in this VM")
+    ap.add_argument("--rezolus", metavar="PATH", default=os.environ.get("REZOLUS_SRC"),
+                    help="a Rezolus source checkout, for rezolus_compare (default:"
+                         " $REZOLUS_SRC; without one it is skipped)")
     ap.add_argument("--only", action="append", metavar="BENCH",
                     help="run only this benchmark (repeatable); the others' sections are"
                     " kept from the existing file")
@@ -238,7 +263,7 @@ def main() -> int:
     outputs: dict[str, str] = {}
     seconds: dict[str, float] = {}
     load_before = os.getloadavg()
-    for name, cmd in commands(args.quick, args.vm).items():
+    for name, cmd in commands(args.quick, args.vm, args.rezolus).items():
         if args.only and name not in args.only:
             continue
         waited = settle()

@@ -99,6 +99,7 @@ tracepoint:raw_syscalls:sys_exit /@start[tid]/ {
 """
 #: Configuration ``floor``: raw_syscalls programs that return at once.
 NULL_SYSCALLS = ROOT / "bench" / "bpf" / "null_syscalls.bpf.c"
+NULL_OBJECT = ROOT / "bench" / ".output" / "null_syscalls.bpf.o"
 #: latency_sample of configuration ``ours_s16`` (the syscall sampler timing 1 call in 16).
 SAMPLED = 16
 
@@ -237,8 +238,7 @@ def ours_attached(agent: Agent, publish_s: float = 1.0) -> Iterator[None]:
 @contextlib.contextmanager
 def null_syscalls_attached() -> Iterator[None]:
     """Attach NULL_SYSCALLS' two programs for the block (built on first use)."""
-    obj_path = build.build_one(NULL_SYSCALLS, ROOT / "bench" / ".output" / "null_syscalls.bpf.o",
-                               source_dir=NULL_SYSCALLS.parent)
+    obj_path = build.build_one(NULL_SYSCALLS, NULL_OBJECT, source_dir=NULL_SYSCALLS.parent)
     obj = Object(obj_path)
     links = []
     try:

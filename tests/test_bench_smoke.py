@@ -156,3 +156,65 @@ def test_all_only_keeps_the_other_benchmarks_sections() -> None:
     again = all_.sections(second)
     assert again["publish"][1] == "new" and again["top"] == kept["top"]
     assert "Kept from an earlier run" in second and "top" in second.split("Kept", 1)[1]
+
+
+def test_rezolus_compare_skips_without_a_checkout(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("REZOLUS_SRC", raising=False)
+    assert load("rezolus_compare").main([]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "skipped" in out
+    rows = {f.name: v for f, v in load("all").extract({"rezolus_compare": out})}
+    assert rows["messaging, ours above the floor"].startswith("skipped: no Rezolus checkout")
+
+
+def test_all_extracts_the_rezolus_comparison() -> None:
+    out = ("\nmessaging: CPU time of the workload's processes (user + system):\n"
+           "summary: slowdown vs none (median of rounds, workload CPU time)\n"
+           "messaging: floor +10.0%, floor1 +5.0%, rezolus +45.2%, ours +24.0%,"
+           " ours_s16 +19.0%\n"
+           "  messaging ours above floor: +14.0 points (goal <= 3: NOT met)\n"
+           "syscall: floor +90.8%, floor1 +59.0%, rezolus +378.7%, ours +163.9%,"
+           " ours_s16 +124.8%\n")
+    rows = {f.name: v for f, v in load("all").extract({"rezolus_compare": out})
+            if f.bench == "rezolus_compare"}
+    assert rows == {
+        "messaging, Rezolus's programs for the same hooks": "+45.2 % (CPU time)",
+        "messaging, do-nothing floor (raw_syscalls enter + exit)": "+10.0 % (CPU time)",
+        "messaging, ours (same hooks, defaults)": "+24.0 % (CPU time)",
+        "messaging, ours above the floor": "+14.0 points",
+        "syscall-bound (getppid), Rezolus's programs": "+378.7 % (CPU time)",
+        "syscall-bound (getppid), ours": "+163.9 % (CPU time)",
+        "syscall-bound (getppid), floor": "+90.8 % (CPU time)",
+    }
+
+
+@pytest.mark.host
+@pytest.mark.skipif(os.geteuid() != 0, reason="BPF needs root")
+def test_rezolus_compare_builds_loads_and_measures() -> None:
+    checkout = os.environ.get("REZOLUS_SRC")
+    if not checkout:
+        pytest.skip("no Rezolus checkout (set REZOLUS_SRC)")
+    if shutil.which("perf") is None:
+        pytest.skip("perf is not installed (Debian: linux-perf)")
+    rc = load("rezolus_compare")
+    objects, failed = rc.build_rezolus(Path(checkout))
+    assert objects, f"nothing of Rezolus built: {failed}"
+    rz = rc.RezolusPrograms.load(objects)
+    try:
+        assert any(k.startswith("syscall_counts/") for k in rz.programs), rz.left_out
+        lut = next(o for o in rz.objects if "syscall_lut" in o.maps).maps["syscall_lut"]
+        with lut.mmap() as m:
+            assert any(m[:8 * 1024]), "syscall_lut not filled"
+        work = rc.workloads(rc.Sizes(1, 5, 1000, 16), None)
+        configs = {"none": contextlib.nullcontext, "floor1": rc.null_exit_attached,
+                   "rezolus": rz.attached}
+        times = rc.rounds(1, work, configs)
+        assert set(times) == {"messaging", "syscall"}
+        costs = rc.program_costs({"syscall": work["syscall"]},
+                                 {"rezolus": (rz.attached, lambda: set(rz.labels()))},
+                                 rz.labels())
+    finally:
+        rz.close()
+    assert costs["rezolus"]["syscall_counts/sys_enter"][0] >= 1000
+    rc.report(times, "ours_s16")
