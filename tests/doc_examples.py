@@ -302,6 +302,18 @@ EXERCISED: dict[str, Ran | NotRun] = {
         "a benchmark booting its own VM; tests/test_bench_smoke.py runs its parts"),
     ".venv/bin/python bench/collect.py": NotRun(
         "a benchmark (minutes, figures only); tests/test_bench_smoke.py runs its parts"),
+    ".venv/bin/python bench/scale.py": NotRun(
+        "a benchmark (minutes, figures only); tests/test_bench_smoke.py runs its parts"),
+    ".venv/bin/python bench/memory.py": NotRun(
+        "a benchmark (figures only); tests/test_bench_smoke.py runs it with --quick"),
+    ".venv/bin/python bench/top.py": NotRun(
+        "a benchmark (figures only); tests/test_top.py covers the frames it times"),
+    ".venv/bin/python bench/rezolus_compare.py --rezolus ~/src/rezolus": NotRun(
+        "needs a Rezolus checkout; tests/test_bench_smoke.py runs it with REZOLUS_SRC set"
+        " and checks its one-line skip without"),
+    ".venv/bin/python bench/all.py --vm ../shared/vmkernel/bzImage": NotRun(
+        "every benchmark (~30 min) and a VM; tests/test_bench_smoke.py checks its"
+        " extraction and rendering"),
     # docs/recording.md
     "sudo rezolus-ue record cpu.rzr 'rezolus_cpu*'": Ran(
         K + "test_recording", as_run="the same with --duration 5s", why="it records until"
