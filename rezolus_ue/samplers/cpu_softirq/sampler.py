@@ -173,7 +173,7 @@ class SoftirqReader:
                 and np.count_nonzero(flat[1:] > flat[:-1]) == count * n - 1
                 and np.count_nonzero(digits < 10) + np.count_nonzero(space) == digits.size):
             return None
-        digits[space] = 0
+        digits &= 0x0F  # spaces (240) to 0, digits kept (as cpu_interrupts does)
         table = np.zeros((_KINDS, n), dtype=np.int64)
         table[listed] = (digits[:, :, 1:] @ _PLACES)[lines]
         return dict(zip(keys, map(tuple, table.T.tolist()), strict=True))
