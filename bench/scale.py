@@ -61,9 +61,11 @@ from rezolus_ue.metrics import family  # noqa: E402
 from rezolus_ue.samplers import REGISTRY, Roots, SamplerContext, options  # noqa: E402
 from rezolus_ue.samplers.base import Sampler, SharedFiles  # noqa: E402
 from rezolus_ue.samplers.cpu_interrupts.sampler import parse_interrupts  # noqa: E402
+from rezolus_ue.samplers.cpu_softirq.sampler import SoftirqReader  # noqa: E402
 from rezolus_ue.samplers.cpu_usage.sampler import busy_ppm, parse_proc_stat_cpus  # noqa: E402
 from rezolus_ue.samplers.network import sampler as network_sampler  # noqa: E402
 from rezolus_ue.samplers.network.sampler import COUNTERS  # noqa: E402
+from rezolus_ue.samplers.scheduler import sampler as scheduler_sampler  # noqa: E402
 
 SAMPLE_NS, PUBLISH_EVERY = 100_000_000, 10  # configs/default.toml: 100 ms, 1 s
 #: The sweeps: each dimension grows while the others stay at the small VM's.
@@ -494,23 +496,26 @@ class LineTimes:
 BEFORE: dict[str, Callable[[Sampler], None]] = {
     "cpu_interrupts": lambda s: setattr(s, "_reader", LineInterrupts()),
     "cpu_usage": lambda s: setattr(s, "_times", LineTimes(s._times._tick_ns)),  # type: ignore
+    # Its read by tokens only (no fixed-width NumPy read at any CPU count).
+    "cpu_softirq": lambda s: setattr(s, "_reader", SoftirqReader(min_fixed_cpus=1 << 30)),
 }
 
 
 #: The fixed samplers, and those the Oversampler's NumPy summary speeds up.
-FIXED_SAMPLERS = (*BEFORE, "cpu_softirq", "scheduler", "network/netlink")
+FIXED_SAMPLERS = (*BEFORE, "scheduler", "network/netlink")
 
 
 @contextlib.contextmanager
 def old_code(before: bool) -> Iterator[None]:
-    """Run the Oversampler as before the fixes (its loop for every family) if ``before``."""
-    saved = family.VECTOR_SERIES
+    """Run the Oversampler (its loop for every family) and the scheduler's parse (every
+    line split) as before the fixes if ``before``."""
+    saved = family.VECTOR_SERIES, scheduler_sampler._NUMPY_BYTES
     if before:
-        family.VECTOR_SERIES = 1 << 62
+        family.VECTOR_SERIES = scheduler_sampler._NUMPY_BYTES = 1 << 62
     try:
         yield
     finally:
-        family.VECTOR_SERIES = saved
+        family.VECTOR_SERIES, scheduler_sampler._NUMPY_BYTES = saved
 
 
 def as_before(s: Sampler) -> Sampler:
@@ -684,8 +689,9 @@ def before_after(intervals: int, seconds: float, rounds: int) -> None:
     label = "128-CPU Kubernetes node"
     cases = [(f"{label}", PROFILES[label]), ("256 CPUs", Host(cpus=256))]
     print(f"\n## before / after the fixes (this run, {rounds} interleaved rounds, medians;"
-          " before: the line parses of " + ", ".join(BEFORE) + " and the Oversampler's loop"
-          " for every family)")
+          " before: cpu_interrupts and cpu_usage read line by line, cpu_softirq by tokens,"
+          " scheduler splitting every line of /proc/schedstat, and the Oversampler's loop for"
+          " every family)")
     for what, h in cases:
         with tree(h) as t:
             for name in FIXED_SAMPLERS:

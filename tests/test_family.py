@@ -553,3 +553,33 @@ def test_the_numpy_summary_gives_the_loops_records(monkeypatch: pytest.MonkeyPat
             family.VECTOR_SERIES = saved
         assert repr(got) == repr(expected)
     assert sum(taken) >= 10  # most intervals took the NumPy path
+
+
+def test_the_numpy_summary_follows_label_sets_that_change() -> None:
+    """The NumPy summary's record heads (labels and metric name), made once per list of
+    label sets, follow a list that changes (grows, reorders, shifts): the loop's records."""
+    from rezolus_ue.metrics import family
+    from rezolus_ue.samplers.cpu_softirq import CPU_SOFTIRQ as FAMILY
+
+    m = len(FAMILY.scalars)
+    loop, arrays = Oversampler(FAMILY), Oversampler(FAMILY)
+    sets = [range(40), range(40), range(50), range(50), range(39, -1, -1),
+            range(39, -1, -1), range(5, 45), range(5, 45)]
+    t = 10**9
+    for interval, cpus in enumerate(sets):
+        for step in range(10):
+            t += 100_000_000
+            k = interval * 10 + step
+            rows = {(c,): tuple(c * 1000 + j + k * (c + j) for j in range(m)) for c in cpus}
+            loop.add(t, rows)
+            arrays.add(t, rows)
+        saved = family.VECTOR_SERIES
+        try:
+            family.VECTOR_SERIES = 10**9
+            expected = loop.publish()
+            family.VECTOR_SERIES = 0
+            got = arrays.publish()
+        finally:
+            family.VECTOR_SERIES = saved
+        assert repr(got) == repr(expected)
+    assert arrays._heads[0] == [(c,) for c in range(5, 45)]  # the arrays path, last keys

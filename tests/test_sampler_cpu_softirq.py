@@ -228,3 +228,69 @@ def test_host_loopback_traffic_runs_net_rx() -> None:
     finally:
         s.close()
     assert after - before >= 1
+
+
+class CountingReader(SoftirqReader):
+    """A SoftirqReader that counts the reads its fixed-width path answered."""
+
+    __slots__ = ("fixed_reads",)
+
+    def __init__(self, min_fixed_cpus: int = 1) -> None:
+        super().__init__(min_fixed_cpus)
+        self.fixed_reads = 0
+
+    def _fixed_read(self, data: bytes) -> dict[tuple, tuple[int, ...]] | None:
+        rows = super()._fixed_read(data)
+        self.fixed_reads += rows is not None
+        return rows
+
+
+def kernel_softirqs(cpus: int, step: int, names: tuple[str, ...] = ("HI", "TIMER", "NET_TX",
+                    "NET_RX", "BLOCK", "IRQ_POLL", "TASKLET", "SCHED", "HRTIMER",
+                    "RCU")) -> bytes:
+    """Return /proc/softirqs as the kernel prints it ("CPU%-8d", "%12s:", " %10u"), with
+    counts up to an unsigned int's largest."""
+    lines = [" " * 20 + "".join(f"CPU{c:<8d}" for c in range(cpus))]
+    for i, name in enumerate(names):
+        lines.append(f"{name:>12s}:" + "".join(
+            f" {(c * 7919 + i * 104729 + step * (c + i + 1)) % 5_000_000_000 % 2**32:10d}"
+            for c in range(cpus)))
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_reader_fixed_width_path_reads_what_the_parse_reads(case: str) -> None:
+    data = (FIXTURES / case / "softirqs").read_bytes()
+    r = CountingReader()
+    for text in (data, data, data.replace(b"         0", b"4294967295")):
+        assert reader_rows(r, text) == [(cpu, *c) for cpu, c in parse_softirqs(text).items()]
+    assert r.fixed_reads == 3  # the plan's own check, then both later reads
+
+
+def test_reader_fixed_width_path_at_128_cpus_and_its_fallbacks() -> None:
+    """Counts that move (ten digits too), and texts the fixed width does not fit: each
+    read gives what the line-by-line parse gives."""
+    base = kernel_softirqs(128, 0)
+    texts = [kernel_softirqs(128, k) for k in (1, 2, 3)]
+    texts += [
+        base.replace(b"         0", b"        0 ", 1),  # a count not aligned right
+        base.replace(b" 1", b"x1", 1),  # a stray byte: neither parse reads it as a count
+        base.replace(b"       RCU:", b"      RCU2:"),  # a name the kernel does not print
+        base[:-1],  # no final newline
+        kernel_softirqs(129, 4),  # a CPU more
+        kernel_softirqs(128, 5, ("HI", "TIMER", "NET_TX", "NET_RX", "BLOCK_IOPOLL",
+                                 "TASKLET", "SCHED", "HRTIMER", "RCU")),  # Linux 4.4
+        kernel_softirqs(128, 6),
+        base.replace(b" 4", b"14", 1),  # eleven digits: wider than any unsigned int
+    ]
+    r = CountingReader(min_fixed_cpus=32)
+    assert reader_rows(r, base) == [(cpu, *c) for cpu, c in parse_softirqs(base).items()]
+    fixed = r.fixed_reads
+    for text in texts:
+        expected = [(cpu, *c) for cpu, c in parse_softirqs(text).items()]
+        assert reader_rows(r, text) == expected
+    assert r.fixed_reads > fixed + 3
+    small = CountingReader(min_fixed_cpus=32)
+    for k in range(2):
+        reader_rows(small, kernel_softirqs(16, k))
+    assert small.fixed_reads == 0  # fewer CPUs: read by tokens

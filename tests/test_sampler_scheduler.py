@@ -272,3 +272,45 @@ def test_host_schedstat_or_detail() -> None:
         s.close()
     ran = sum(after[k][0] - before[k][0] for k in after if k in before)
     assert 150_000_000 <= ran <= elapsed * len(after) + 10_000_000
+
+
+def big_schedstat(cpus: int, step: int) -> bytes:
+    """Return /proc/schedstat of ``cpus`` CPUs with three domain lines each (45 numbers:
+    the version 17 layout), over the size from which the cpu lines are found with NumPy."""
+    lines = ["version 17", f"timestamp {4295012345 + step}"]
+    mask = ",".join(["ffffffff"] * (cpus // 32 or 1))
+    for c in range(cpus):
+        lines.append(f"cpu{c} 0 0 " + " ".join(str(c * 7919 + i * 104729 + step * (i + 1))
+                                              for i in range(7)))
+        for d, name in enumerate(("SMT", "MC", "NUMA")):
+            lines.append(f"domain{d} {name} {mask} " + " ".join(str(c + d + i) for i in range(45)))
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_parse_schedstat_finds_the_cpu_lines_as_the_split_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """From _NUMPY_BYTES the cpu lines are found with NumPy: the same lines, and rows, as
+    splitting every line, whatever the text's ends and oddities."""
+    from rezolus_ue.samplers.scheduler import sampler
+
+    base = big_schedstat(128, 1)
+    assert len(base) >= sampler._NUMPY_BYTES
+    texts = [
+        base,
+        big_schedstat(128, 2)[:-1],  # no final newline
+        base + b"cpu128 1 2 3 4 5 6 7 8 9",  # a cpu line last, without a newline
+        base + b"cpu",  # "cpu" alone, last
+        base + b"cp",  # shorter than "cpu", last
+        base + b"\n\ncpu129 1 2 3 4 5 6 7 8 9 10 11\n\n",  # empty lines, more numbers
+        base.replace(b"\ncpu5 ", b"\ncpu5x ", 1).replace(b"\ncpu7 0", b"\ncpu7", 1),  # garbled
+        base.replace(b"\ndomain0", b"\n cpu", 1),  # not at the line's start
+        big_schedstat(200, 3),
+    ]
+    for text in texts:
+        split = [line for line in text.split(b"\n")[1:] if line[:3] == b"cpu"]
+        assert sampler.cpu_lines(text) == split
+        got = parse_schedstat(text)
+        with monkeypatch.context() as m:
+            m.setattr(sampler, "_NUMPY_BYTES", 1 << 62)
+            assert got == parse_schedstat(text)
+    assert len(parse_schedstat(texts[2])) == 129 and len(parse_schedstat(texts[6])) == 126
