@@ -65,10 +65,14 @@ FAMILIES: tuple[Family, ...] = (SYSCALL, SYSCALL_LATENCY,)
 OPTIONS: tuple[Option, ...] = (
     Option("latency_sample", "int", 1,
            "Time 1 syscall in this many, chosen at random, for the latency histograms;"
-           " every syscall is counted whatever this is. 1 times every call (each timed"
-           " call costs two clock reads, ~70-130 ns on small VMs: several % of a"
-           " syscall-bound workload); 16 cuts that cost ~16-fold, and the histograms"
-           " then hold a random sample of the calls (their percentiles estimate the"
-           " same distribution; their count is the sample's).",
+           " every syscall is counted whatever this is. 1 times every call (two clock"
+           " reads and a task-storage write per call). N > 1 saves the timing of the"
+           " calls left out, but both programs still run for every call, so the cost"
+           " falls by less than N-fold (docs/PERFORMANCE.md, rezolus_compare: ours and"
+           " ours_s16). The histograms then hold a random sample of the calls, their"
+           " count the sample's: a percentile p of n sampled calls is that of all calls"
+           " to within a rank error of 2*sqrt(p(1-p)/n) 19 times in 20 (p99 of 1,000"
+           " sampled calls: between p98.4 and p99.6), on top of H2's 12.5% bucket width;"
+           " a family with few calls per interval gets few samples.",
            min_ns=1, max_ns=65536),
 )
