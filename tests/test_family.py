@@ -504,13 +504,28 @@ def test_sparse_histogram_records_agree_with_h2(seed: int) -> None:
     assert recs == [(*head, i, len(parts), p) for i, p in enumerate(parts)]
 
 
+def assert_same_records(loop: Oversampler, arrays: Oversampler) -> None:
+    """Publish ``loop`` by the per-series loop and ``arrays`` by the NumPy summary (whatever
+    their size) and assert the records are the same, types included."""
+    from rezolus_ue.metrics import family
+
+    saved = family.VECTOR_SERIES
+    try:
+        family.VECTOR_SERIES = 10**9
+        expected = loop.publish()
+        family.VECTOR_SERIES = 0
+        got = arrays.publish()
+    finally:
+        family.VECTOR_SERIES = saved
+    assert repr(got) == repr(expected)
+
+
 def test_the_numpy_summary_gives_the_loops_records(monkeypatch: pytest.MonkeyPatch) -> None:
     """Families of many label sets are summarised with NumPy (VECTOR_SERIES): the same
     records as the loop, value for value and type for type, with counters that reset,
     gauges below 0, label sets that come and go, and two samples at one time."""
     import random
 
-    from rezolus_ue.metrics import family
     from rezolus_ue.samplers.cpu_softirq import CPU_SOFTIRQ as FAMILY
 
     taken = []
@@ -543,22 +558,13 @@ def test_the_numpy_summary_gives_the_loops_records(monkeypatch: pytest.MonkeyPat
                 rows[k] = tuple(v)
             loop.add(t, rows)
             arrays.add(t, rows)
-        saved = family.VECTOR_SERIES
-        try:
-            family.VECTOR_SERIES = 10**9
-            expected = loop.publish()
-            family.VECTOR_SERIES = 0
-            got = arrays.publish()
-        finally:
-            family.VECTOR_SERIES = saved
-        assert repr(got) == repr(expected)
+        assert_same_records(loop, arrays)
     assert sum(taken) >= 10  # most intervals took the NumPy path
 
 
 def test_the_numpy_summary_follows_label_sets_that_change() -> None:
     """The NumPy summary's record heads (labels and metric name), made once per list of
     label sets, follow a list that changes (grows, reorders, shifts): the loop's records."""
-    from rezolus_ue.metrics import family
     from rezolus_ue.samplers.cpu_softirq import CPU_SOFTIRQ as FAMILY
 
     m = len(FAMILY.scalars)
@@ -573,13 +579,5 @@ def test_the_numpy_summary_follows_label_sets_that_change() -> None:
             rows = {(c,): tuple(c * 1000 + j + k * (c + j) for j in range(m)) for c in cpus}
             loop.add(t, rows)
             arrays.add(t, rows)
-        saved = family.VECTOR_SERIES
-        try:
-            family.VECTOR_SERIES = 10**9
-            expected = loop.publish()
-            family.VECTOR_SERIES = 0
-            got = arrays.publish()
-        finally:
-            family.VECTOR_SERIES = saved
-        assert repr(got) == repr(expected)
+        assert_same_records(loop, arrays)
     assert arrays._heads[0] == [(c,) for c in range(5, 45)]  # the arrays path, last keys
