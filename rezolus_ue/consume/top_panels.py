@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
+from ..metrics import catalog
 from .top_keys import UiState
+from .top_model import COSTLY_EVENTS
 from .top_rows import CpuRow, HistRow, SamplerRow, View
 from .top_widgets import (
     _LEVELS,
@@ -268,9 +270,12 @@ def _sched_block(v: View, width: int, ui: UiState) -> _Block | None:
 
 
 #: Said under the scheduler panel while top does not subscribe to the costly events: what
-#: is missing and how to get it.
-COSTLY_OFF = ("costly latency histograms off (key c, --costly): syscall, run queue, block"
-              " IO, softirq, TCP; their BPF programs run on every such kernel event")
+#: is missing (the samplers of top's costly events, as `rezolus-ue events` names them)
+#: and how to get it.
+COSTLY_OFF = ("costly latency histograms off (key c, --costly): "
+              + ", ".join(sorted({f.sampler for f in catalog.FAMILIES
+                                  if f.event in COSTLY_EVENTS}))
+              + "; their BPF programs run on every such kernel event")
 
 
 def _hist_table(hists: Sequence[HistRow], width: int, lines: int) -> list[Text]:
