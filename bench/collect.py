@@ -97,11 +97,13 @@ def build_agent(names: tuple[str, ...] | None, dist: bool = True,
 
     ``dist=False`` leaves the *_dist events disabled (what node_exporter offers has no
     distributions, so the comparison with it enables only the plain events).
-    ``overrides`` sets sampler options over the defaults: {sampler: {option: value}}.
+    ``overrides`` sets sampler options over the defaults: {sampler: {option: value}}, the
+    values as a config file writes them (e.g. ``"1s"``).
     """
     conf = config.defaults(options())
     for name, opts in (overrides or {}).items():
-        conf.samplers[name].update(opts)
+        declared = {o.key: o for o in REGISTRY[name].options}
+        conf.samplers[name].update({k: declared[k].convert(v) for k, v in opts.items()})
     agent = Agent(conf, Path("/nonexistent"))
     skipped = {}
     for name, cls in REGISTRY.items():

@@ -6,9 +6,10 @@
    configuration runs once, in an order rotated round by round, so drift on a shared
    machine hits them alike. Configurations: ``none``; ``ours``, the scheduler_runqueue and
    syscall samplers (those registered) attached in this process and publishing every
-   second as the agent does, at their defaults (every syscall timed); ``ours_s16``, the
-   same with the syscall sampler timing 1 call in 16 (``latency_sample = 16``; every call
-   still counted); ``ours_rq``, scheduler_runqueue alone (the same probes as bpftrace's);
+   second as the agent does, at their defaults (every syscall counted, those of a 100 ms
+   window in each second timed: ``latency_window``); ``ours_all``, the same timing every
+   call (``latency_window = "1s"``, the default before the windows); ``ours_rq``,
+   scheduler_runqueue alone (the same probes as bpftrace's);
    ``bpftrace``, a script building the same run-queue latency histogram (sched_wakeup,
    sched_wakeup_new, sched_switch, as bpftrace's runqlat.bt does); ``bpftrace_all``, that
    plus syscall counts and a syscall latency histogram: the work of ``ours``; ``floor``,
@@ -100,14 +101,14 @@ tracepoint:raw_syscalls:sys_exit /@start[tid]/ {
 #: Configuration ``floor``: raw_syscalls programs that return at once.
 NULL_SYSCALLS = ROOT / "bench" / "bpf" / "null_syscalls.bpf.c"
 NULL_OBJECT = ROOT / "bench" / ".output" / "null_syscalls.bpf.o"
-#: latency_sample of configuration ``ours_s16`` (the syscall sampler timing 1 call in 16).
-SAMPLED = 16
+#: The syscall sampler timing every call, continuously (configuration ``ours_all``).
+TIME_EVERY_CALL = {"latency_window": "1s"}
 
 
-def syscall_sample_default() -> int:
-    """Return the syscall sampler's default latency_sample (1 in how many calls timed)."""
-    opt = {o.key: o for o in REGISTRY["syscall"].options}["latency_sample"]
-    return int(opt.default)  # type: ignore[call-overload]
+def syscall_defaults() -> dict[str, object]:
+    """Return the syscall sampler's timing options at their defaults, as a config has them."""
+    return {o.key: o.default for o in REGISTRY["syscall"].options
+            if o.key.startswith("latency_")}
 
 
 def bpf_samplers() -> dict[str, type[BpfSampler]]:
@@ -453,9 +454,8 @@ def report_workload(runs: int, groups: int, loops: int) -> None:
     workload = tuple(n for n in WORKLOAD_SAMPLERS if n in bpf_samplers())
     missing = [n for n in WORKLOAD_SAMPLERS if n not in bpf_samplers()]
     agents = {"ours": build_agent(workload)}
-    if "syscall" in workload and syscall_sample_default() != SAMPLED:
-        agents[f"ours_s{SAMPLED}"] = build_agent(
-            workload, overrides={"syscall": {"latency_sample": SAMPLED}})
+    if "syscall" in workload:
+        agents["ours_all"] = build_agent(workload, overrides={"syscall": TIME_EVERY_CALL})
     if len(workload) > 1 and "scheduler_runqueue" in workload:
         agents["ours_rq"] = build_agent(("scheduler_runqueue",))
     configs: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
@@ -467,10 +467,10 @@ def report_workload(runs: int, groups: int, loops: int) -> None:
         print(f"{k:8s} = {', '.join(agent.states) or 'nothing'} attached, publishing every"
               " 1 s to /dev/null" + (f" ({', '.join(missing)}: not registered yet)"
                                      if missing and k == "ours" else "")
-              + (f"; syscall latency_sample = {syscall_sample_default()} (default)"
-                 if k == "ours" and "syscall" in workload else "")
-              + (f"; syscall latency_sample = {SAMPLED} (1 syscall in {SAMPLED} timed)"
-                 if k == f"ours_s{SAMPLED}" else ""))
+              + ("; syscall " + ", ".join(f"{o} = {v}" for o, v in syscall_defaults().items())
+                 + " (defaults)" if k == "ours" and "syscall" in workload else "")
+              + ("; syscall latency_window = 1s (every call timed)"
+                 if k == "ours_all" else ""))
     if "syscall" in workload:
         configs["floor"] = null_syscalls_attached
         print("floor    = two raw_syscalls programs that return at once (what any syscall"
@@ -496,12 +496,12 @@ def report_workload(runs: int, groups: int, loops: int) -> None:
                            ("cpu", "CPU time of the workload's processes (user + system)")):
         print(f"\n{title}:")
         slow = report_slowdown(times[measure])
-        for k in ("ours", f"ours_s{SAMPLED}"):
+        for k in ("ours", "ours_all"):
             if k in slow:
                 met = "met" if slow[k] <= 3 else "NOT met"
                 print(f"slowdown ({measure}): {k} {slow[k]:+.1f}% (target <= 3%: {met})")
         if "bpftrace" in slow:
-            for k, ref in (("ours", "bpftrace_all"), (f"ours_s{SAMPLED}", "bpftrace_all"),
+            for k, ref in (("ours", "bpftrace_all"), ("ours_all", "bpftrace_all"),
                            ("ours", "bpftrace"), ("ours_rq", "bpftrace")):
                 if k in slow and ref in slow:
                     better = "no worse than" if slow[k] <= slow[ref] else "WORSE than"
@@ -509,7 +509,7 @@ def report_workload(runs: int, groups: int, loops: int) -> None:
         if "floor" in slow:
             print(f"  floor {slow['floor']:+.1f}%: two raw_syscalls programs that do nothing;"
                   " ours is " + ", ".join(f"{k} {slow[k] - slow['floor']:+.1f}"
-                                          for k in ("ours", f"ours_s{SAMPLED}") if k in slow)
+                                          for k in ("ours", "ours_all") if k in slow)
                   + " points above it")
     if tracer is not None and tracer.counts:
         print(f"bpftrace measured {statistics.median(tracer.counts):,.0f} run-queue"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,77 @@ def test_sched_stat_runtime_warns_only_where_the_kernel_logs_it(
     f = Features(tracefs=None, procfs=tmp_path, sysfs=tmp_path)
     notes = f.notes(["sched_switch", "sched_stat_runtime"])
     assert len(notes) == noted and all("harmless" in n for n in notes)
+
+
+class Hooks:
+    """Stands in for a BpfObject's attach_hook/detach_hook: records the calls in order and
+    fails the attach numbered ``fail_at``, as the kernel would refuse one."""
+
+    name = "standin"
+
+    def __init__(self, fail_at: int = 0) -> None:
+        self.calls: list[str] = []
+        self.fail_at = fail_at
+        self.changed = threading.Condition()
+
+    def attach_hook(self, tp: str) -> None:
+        with self.changed:
+            if self.fail_at and self.calls.count("attach") + 1 == self.fail_at:
+                raise RezolusError(f"attaching {tp} refused")
+            self.calls.append("attach")
+            self.changed.notify_all()
+
+    def detach_hook(self, tp: str) -> None:
+        with self.changed:
+            self.calls.append("detach")
+            self.changed.notify_all()
+
+    def wait(self, n: int) -> None:
+        with self.changed:
+            assert self.changed.wait_for(lambda: len(self.calls) >= n, 60), self.calls
+
+
+def test_part_time_windows_alternate_and_end_detached() -> None:
+    """Windows open and close in turn, stop closes an open one, and ``take`` hands each
+    attached nanosecond out once (pure threading logic; the kernel side is
+    tests/test_bpf_syscall.py's)."""
+    from rezolus_ue.samplers.bpf_sampler import PartTime
+
+    hooks = Hooks()
+    pt = PartTime(hooks, "sys_enter", window_ns=20_000_000, period_ns=40_000_000)  # type: ignore[arg-type]
+    t0 = time.monotonic_ns()
+    pt.start()
+    hooks.wait(5)  # three windows opened, two closed
+    taken = pt.take()
+    pt.stop()
+    taken += pt.take()
+    elapsed = time.monotonic_ns() - t0
+    calls = hooks.calls
+    assert calls[::2] == ["attach"] * len(calls[::2]), calls
+    assert calls[1::2] == ["detach"] * len(calls[1::2]), calls
+    assert calls[-1] == "detach", "stop left the program attached"
+    assert 2 * 20_000_000 <= taken <= elapsed, (taken, elapsed)
+    assert pt.take() == 0
+
+
+def test_part_time_reports_a_refused_attach() -> None:
+    from rezolus_ue.samplers.bpf_sampler import PartTime
+
+    hooks = Hooks(fail_at=2)
+    pt = PartTime(hooks, "sys_enter", window_ns=1_000_000, period_ns=2_000_000)  # type: ignore[arg-type]
+    pt.start()
+    hooks.wait(2)
+    assert wait_until(lambda: pt.error is not None), "the refusal was not kept"
+    with pytest.raises(RezolusError, match="refused"):
+        pt.take()
+    pt.stop()
+    assert hooks.calls == ["attach", "detach"]
+
+
+def wait_until(cond, timeout: float = 60.0) -> bool:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.01)
+    return True

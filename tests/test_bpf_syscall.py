@@ -3,8 +3,11 @@
 Known truth: 2000 nanosleep(10 ms) calls put the sleep family's p50 in the H2 bucket
 holding 10 ms; N getpid() calls (the raw syscall: glibc and Python may cache the pid) raise
 the query family's count by at least N, and with ``latency_sample = 16`` still count
-every call but time about N / 16 of them. The records decode with the family schemas, and
-the programs are in the kernel only while the sampler is active.
+every call but time about N / 16 of them. With the default timing windows (100 ms of each
+second) sys_enter is attached only part of the time, every call is still counted, and the
+share of calls timed follows the share of time timed (``attached_ns``). The records decode
+with the family schemas, and the programs are in the kernel only while the sampler is
+active. Tests that need every call timed set ``latency_window = "1s"`` (continuous).
 
 The sampler is system-wide: other processes' syscalls are counted too, which is why the
 assertions are lower bounds, and the p50 one relies on 2000 sleeps in about a second
@@ -20,7 +23,8 @@ import time
 
 import numpy as np
 import pytest
-from helpers import FakeHandle, decoded, require_bpf_object, start_sampler
+from helpers import FakeHandle, decoded, require_bpf_object
+from helpers import start_sampler as _start_sampler
 from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
 
 from rezolus_ue.bpf import build
@@ -47,6 +51,15 @@ def built() -> None:
     if table.arch_of(platform.machine()) is None:
         pytest.skip(f"no syscall table for {platform.machine()}")
     require_bpf_object("syscall")
+
+
+#: Timing every call entered (no windows): what tests counting timed calls need.
+ALWAYS = "1s"
+
+
+def start_sampler(cls: type[Syscall], **over: object) -> tuple[Syscall, dict[str, FakeHandle]]:
+    """Return a started Syscall sampler timing every call unless ``over`` says otherwise."""
+    return _start_sampler(cls, **{"latency_window": ALWAYS, **over})
 
 
 def _number(name: str) -> int:
@@ -244,6 +257,57 @@ def test_first_record_after_reattach_covers_only_the_attached_time() -> None:
         s.close()
     lat = _latency(handles)
     assert "query" not in lat or lat["query"][0]["count"] < 20000
+
+
+def test_windows_time_a_share_of_calls_and_count_them_all() -> None:
+    """Default windows: sys_exit stays attached, sys_enter comes and goes; every getpid is
+    counted, and the share timed is about the share of time the windows took."""
+    s, handles = start_sampler(Syscall, latency_window="100ms")
+    try:
+        kind = s.bpf.attach_kinds
+        s.activate()
+        progs = {p.name: p.id for p in s.bpf.programs}
+        enter, exit_ = progs[PREFIX[kind] + "enter"], progs[PREFIX[kind] + "exit"]
+        s.publish()
+        before = _calls(handles)
+        _clear(handles)
+        seen_enter: set[bool] = set()
+        t0 = time.monotonic_ns()
+        while time.monotonic_ns() - t0 < 2_500_000_000 or len(seen_enter) < 2:
+            getpids(2000)
+            ids = attached_prog_ids()
+            assert exit_ in ids, "sys_exit detached"
+            seen_enter.add(enter in ids)
+        s.publish()
+        interval = time.monotonic_ns() - t0
+        after = _calls(handles)
+        s.deactivate()
+    finally:
+        s.close()
+    assert seen_enter == {True, False}, "sys_enter never came and went"
+    calls = after["query"] - before["query"]
+    rec, counts = _latency(handles)["query"]
+    timed, share = rec["count"] / calls, rec["attached_ns"] / interval
+    assert int(counts.sum()) == rec["count"] > 0
+    # 100 ms in each second (more if the window thread was late to close one).
+    assert 0.05 < share < 0.5, (rec["attached_ns"], interval)
+    assert share / 3 < timed < share * 3, f"timed {timed:.3f} of calls, {share:.3f} of time"
+
+
+def test_collect_always_attaches_at_start_with_its_windows() -> None:
+    s, _handles = start_sampler(Syscall, collect="always", latency_window="100ms")
+    try:
+        exit_ = next(p.id for p in s.bpf.programs if p.name.endswith("_exit"))
+        enter = next(p.id for p in s.bpf.programs if p.name.endswith("_enter"))
+        assert exit_ in attached_prog_ids()
+        assert eventually(lambda: enter in attached_prog_ids()), "no window opened"
+        s.deactivate()  # the last consumer left: "always" stays attached, windows too
+        assert exit_ in attached_prog_ids()
+        assert eventually(lambda: enter not in attached_prog_ids()), "no window closed"
+        assert eventually(lambda: enter in attached_prog_ids()), "windows stopped"
+    finally:
+        s.close()
+    assert eventually(lambda: not {enter, exit_} & attached_prog_ids()), "attached after close"
 
 
 def test_silent_without_consumer() -> None:

@@ -47,7 +47,7 @@ import contextlib
 import mmap
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -339,7 +339,8 @@ class BpfObject:
         #: tracepoint -> perf event id, for those chosen as classic tracepoints
         self._tp_ids: dict[str, int] = {}
         self.programs: list[Program] = []
-        self.links: list[Link] = []
+        #: program name -> its link, for the attached programs
+        self.links: dict[str, Link] = {}
         self.load_ns = 0
         self.loads = 0
         #: Maps kept across unload beyond the mmapable ones (module docstring).
@@ -459,25 +460,48 @@ class BpfObject:
         """Return True while the programs are attached."""
         return bool(self.links)
 
-    def attach(self) -> None:
-        """Attach every loaded program (all or none); load first if unloaded."""
+    def attach(self, skip: Collection[str] = ()) -> None:
+        """Attach every loaded program (all or none) but those of the tracepoints in
+        ``skip`` (``attach_hook`` attaches them later); load first if unloaded."""
         if self.links:
             return
         self.load()
-        links = []
+        links: dict[str, Link] = {}
         try:
             for p in self.programs:
-                links.append(self._attach(p))
+                h = self._hooks.get(p.name)
+                if h is None or h.tracepoint not in skip:
+                    links[p.name] = self._attach(p)
         except BaseException:
-            for link in links:
+            for link in links.values():
                 link.destroy()
             raise
         self.links = links
 
+    def _program_of(self, tracepoint: str) -> Program:
+        for p in self.programs:
+            h = self._hooks.get(p.name)
+            if h is not None and h.tracepoint == tracepoint:
+                return p
+        raise KeyError(f"{self.name}: no loaded program on {tracepoint}")
+
+    def attach_hook(self, tracepoint: str) -> None:
+        """Attach the loaded program of ``tracepoint`` alone (left out by ``attach(skip)``:
+        a program attached part of the time), raising what ``attach`` raises."""
+        p = self._program_of(tracepoint)
+        if p.name not in self.links:
+            self.links[p.name] = self._attach(p)
+
+    def detach_hook(self, tracepoint: str) -> None:
+        """Detach the program of ``tracepoint`` (the others stay attached)."""
+        link = self.links.pop(self._program_of(tracepoint).name, None)
+        if link is not None:
+            link.destroy()
+
     def detach(self) -> None:
         """Detach every program; maps keep their contents."""
-        links, self.links = self.links, []
-        for link in links:
+        links, self.links = self.links, {}
+        for link in links.values():
             link.destroy()
 
     def _require(self) -> Object:

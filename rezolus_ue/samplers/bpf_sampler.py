@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import threading
 import time
 from collections import deque
@@ -126,6 +127,95 @@ class Loader:
 
 
 LOADER = Loader()
+
+
+class PartTime:
+    """Attaches one program of a loaded ``BpfObject`` for ``window_ns`` at a random moment
+    of every ``period_ns``, from a thread of its own, and keeps count of the time it was
+    attached: a program too costly to run on every event (e.g. syscall entry) runs in
+    windows, and what it measures is a time sample whose share ``take`` tells.
+
+    The moment is random in each period so that a workload periodic in time is not always
+    caught at the same phase. Attaching a raw tracepoint or tp_btf program is one bpf()
+    call (a classic tracepoint: perf_event_open and an ioctl); twice a period, that is
+    all this costs.
+    """
+
+    def __init__(self, bpf: BpfObject, tracepoint: str, window_ns: int,
+                 period_ns: int = 1_000_000_000) -> None:
+        self.bpf, self.tracepoint = bpf, tracepoint
+        self.window_ns, self.period_ns = window_ns, period_ns
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: Attached time not yet taken, and when the current window opened (None: closed).
+        self._attached_ns = 0
+        self._since: int | None = None
+        #: Why attaching failed (the thread stopped): raised by ``take``.
+        self.error: RezolusError | None = None
+
+    def start(self) -> None:
+        """Start the windows (the object's other programs attached already)."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self.error = None
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"{self.bpf.name}-windows")
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Close the current window, if open, and end the thread (before an unload)."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        self._stop.set()
+        thread.join()
+
+    def _run(self) -> None:
+        rng = random.Random()
+        period = time.monotonic_ns()
+        try:
+            while True:
+                opens = period + rng.randrange(self.period_ns - self.window_ns + 1)
+                if self._stop.wait(max(0, opens - time.monotonic_ns()) / 1e9):
+                    return
+                self._open()
+                if self._stop.wait(self.window_ns / 1e9):
+                    return
+                self._close()
+                period = max(period + self.period_ns, time.monotonic_ns())  # behind: skip
+                if self._stop.wait(max(0, period - time.monotonic_ns()) / 1e9):
+                    return
+        except RezolusError as e:
+            self.error = e
+        finally:
+            self._close()
+
+    def _open(self) -> None:
+        with self._lock:
+            self.bpf.attach_hook(self.tracepoint)
+            self._since = time.monotonic_ns()
+
+    def _close(self) -> None:
+        with self._lock:
+            if self._since is None:
+                return
+            self.bpf.detach_hook(self.tracepoint)
+            self._attached_ns += time.monotonic_ns() - self._since
+            self._since = None
+
+    def take(self) -> int:
+        """Return the ns the program was attached since the last call (start anew); raise
+        why the windows stopped if attaching failed."""
+        if self.error is not None:
+            raise self.error
+        with self._lock:
+            now = time.monotonic_ns()
+            taken, self._attached_ns = self._attached_ns, 0
+            if self._since is not None:
+                taken, self._since = taken + now - self._since, now
+            return taken
 
 
 class BpfCapture(NamedTuple):

@@ -13,8 +13,8 @@ from ...bpf.loader import BpfObject
 from ...errors import SamplerUnavailable
 from ...metrics import h2
 from ..base import Rows
-from ..bpf_sampler import BPF_OPTIONS, BpfCapture, BpfSampler
-from . import FAMILIES, OPTIONS, SYSCALL, SYSCALL_LATENCY, table
+from ..bpf_sampler import BPF_OPTIONS, BpfCapture, BpfSampler, PartTime
+from . import FAMILIES, OPTIONS, SYSCALL, SYSCALL_LATENCY, WINDOW_PERIOD_NS, table
 
 _OPS = tuple(f.encode() for f in table.FAMILIES)
 
@@ -38,6 +38,10 @@ class Syscall(BpfSampler):
                                      " (x86_64 and arm64 have one)")
         self._table = table.lookup_table(arch).tobytes()
         self.latency_sample = self.int_option("latency_sample")
+        self._window_ns = self.int_option("latency_window")
+        #: Timing windows of sys_enter (made at the first activation); None: none yet, or
+        #: sys_enter attached with sys_exit, timing every call.
+        self._windows: PartTime | None = None
         super().start()
 
     def configure(self, obj: Object) -> None:
@@ -64,6 +68,29 @@ class Syscall(BpfSampler):
         #: (families, buckets) cumulative latency histograms.
         self._latency = bpf.array("latency").reshape(len(table.FAMILIES), h2.BUCKETS)
 
+    def activate(self) -> None:
+        if self._bpf.attached:
+            return
+        super().activate()  # sys_enter too: a refused attach shows now, not in a window
+        if self._window_ns < WINDOW_PERIOD_NS:
+            if self._windows is None:
+                self._windows = PartTime(self._bpf, "sys_enter", self._window_ns,
+                                         WINDOW_PERIOD_NS)
+            self._bpf.detach_hook("sys_enter")
+            self._windows.start()
+
+    def deactivate(self) -> None:
+        if self._windows is not None and self.collect != "always":
+            self._windows.stop()
+        super().deactivate()
+
+    def capture(self) -> BpfCapture:
+        raw = super().capture()
+        if self._windows is None or not self._bpf.attached:
+            return raw
+        # The latency histograms' attached_ns: the time sys_enter was (timing windows).
+        return raw._replace(window=self._windows.take())
+
     def parse(self, raw: BpfCapture) -> Rows:
         rows: dict = {}
         if SYSCALL_LATENCY in raw.hists:
@@ -79,5 +106,7 @@ class Syscall(BpfSampler):
         return rows
 
     def close(self) -> None:
+        if getattr(self, "_windows", None) is not None:
+            self._windows.stop()  # type: ignore[union-attr]
         self._calls = self._latency = None  # type: ignore[assignment]
         super().close()
