@@ -82,6 +82,10 @@ REZOLUS_SOURCES: dict[str, tuple[str, ...]] = {
 #: passes ``-I src/agent/bpf/<dir>``; its sources include ``../../../agent/bpf/*.h``
 #: relative to that directory, and ``<vmlinux.h>``, which ours shadows).
 REZOLUS_ARCH_DIR = {"x86": "x86_64", "arm64": "aarch64"}
+#: The workloads the floor is the goal for (issue 16): those whose cost is syscalls' and
+#: context switches'. The io workload's is mostly block_rq_issue's (ours against
+#: Rezolus's is its comparison: "ours / rezolus").
+FLOOR_GOAL = ("messaging", "syscall")
 #: latency_sample of configuration ``ours_sN``.
 SAMPLED = 16
 #: Where the Rezolus objects are built (the bench's own output directory).
@@ -327,8 +331,9 @@ def report(times: dict[str, dict[str, list[float]]], others: tuple[str, ...]) ->
         print(f"{w}: " + ", ".join(f"{k} {v:+.1f}%" for k, v in slow.items()))
         if "ours" in slow and "floor" in slow:
             above = slow["ours"] - slow["floor"]
-            print(f"  {w} ours above floor: {above:+.1f} points (goal <= 3: "
-                  f"{'met' if above <= 3 else 'NOT met'})"
+            goal = (f"goal <= 3: {'met' if above <= 3 else 'NOT met'}" if w in FLOOR_GOAL
+                    else "no goal: the floor has no block hooks, ours has")
+            print(f"  {w} ours above floor: {above:+.1f} points ({goal})"
                   + "".join(f"; {k} {slow[k] - slow['floor']:+.1f} points"
                             for k in others if k in slow))
         if "ours" in slow and "rezolus" in slow and slow["rezolus"] > 0:

@@ -187,10 +187,12 @@ class PartTime:
                 period = max(period + self.period_ns, time.monotonic_ns())  # behind: skip
                 if self._stop.wait(max(0, period - time.monotonic_ns()) / 1e9):
                     return
-        except RezolusError as e:
-            self.error = e
+        except Exception as e:  # kept for take(), in the agent's thread: no traceback here
+            self.error = e if isinstance(e, RezolusError) else RezolusError(
+                f"{self.bpf.name}: attaching {self.tracepoint} for a timing window failed: {e}")
         finally:
-            self._close()
+            with contextlib.suppress(Exception):
+                self._close()
 
     def _open(self) -> None:
         with self._lock:

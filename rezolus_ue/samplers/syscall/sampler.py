@@ -80,6 +80,7 @@ class Syscall(BpfSampler):
             self._windows.start()
 
     def deactivate(self) -> None:
+        self._join()  # an activation in progress ends first: it starts the windows
         if self._windows is not None and self.collect != "always":
             self._windows.stop()
         super().deactivate()
@@ -88,7 +89,7 @@ class Syscall(BpfSampler):
         raw = super().capture()
         if self._windows is None or not self._bpf.attached:
             return raw
-        # The latency histograms' attached_ns: the time sys_enter was (timing windows).
+        # The latency histograms' attached_ns: the time sys_enter was attached (windows).
         return raw._replace(window=self._windows.take())
 
     def parse(self, raw: BpfCapture) -> Rows:
@@ -106,6 +107,7 @@ class Syscall(BpfSampler):
         return rows
 
     def close(self) -> None:
+        self._join()
         if getattr(self, "_windows", None) is not None:
             self._windows.stop()  # type: ignore[union-attr]
         self._calls = self._latency = None  # type: ignore[assignment]
