@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_bpf_loader import eventually
 
 from rezolus_ue.bpf.loader import Features
 from rezolus_ue.errors import RezolusError
@@ -173,17 +174,9 @@ def test_part_time_reports_a_refused_attach() -> None:
     pt = PartTime(hooks, "sys_enter", window_ns=1_000_000, period_ns=2_000_000)  # type: ignore[arg-type]
     pt.start()
     hooks.wait(2)
-    assert wait_until(lambda: pt.error is not None), "the refusal was not kept"
+    assert eventually(lambda: pt.error is not None, 60), "the refusal was not kept"
     with pytest.raises(RezolusError, match="refused"):
         pt.take()
     pt.stop()
     assert hooks.calls == ["attach", "detach"]
 
-
-def wait_until(cond, timeout: float = 60.0) -> bool:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.01)
-    return True
