@@ -294,6 +294,51 @@ def test_windows_time_a_share_of_calls_and_count_them_all() -> None:
     assert share / 3 < timed < share * 3, f"timed {timed:.3f} of calls, {share:.3f} of time"
 
 
+def test_windowed_percentiles_are_those_of_every_call() -> None:
+    """The claim under option latency_window: on a steady workload the windows' percentiles
+    are those of all calls to within the stated rank error. Two samplers run side by side
+    over the same calls, one timing every call, one in the default windows; threads sleep
+    1 ms or, one time in five, 4 ms (nanosleep's family, "sleep"), so p50 and p90 lie in
+    different buckets. The windowed p50 and p90 must lie between the all-calls
+    percentiles 5 points either side (about 3x the rank error at the sample sizes here)."""
+    full, full_h = start_sampler(Syscall)
+    part, part_h = start_sampler(Syscall, latency_window="100ms")
+    try:
+        for s in (full, part):
+            s.activate()
+            s.publish()
+        _clear(full_h)
+        _clear(part_h)
+        stop = time.monotonic() + 3.0
+
+        def sleeper(seed: int) -> None:
+            rng = np.random.default_rng(seed)
+            short, long_ = _Timespec(0, 1_000_000), _Timespec(0, 4_000_000)
+            while time.monotonic() < stop:
+                ts = long_ if rng.random() < 0.2 else short
+                _libc.nanosleep(ctypes.byref(ts), None)
+
+        threads = [threading.Thread(target=sleeper, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for s in (full, part):
+            s.publish()
+            s.deactivate()
+    finally:
+        full.close()
+        part.close()
+    (_r, every), (rec, windowed) = _latency(full_h)["sleep"], _latency(part_h)["sleep"]
+    assert 0 < rec["count"] < every.sum() / 2, (rec["count"], int(every.sum()))
+    for q in (0.5, 0.9):
+        lo, hi = h2.percentiles(every, [q - 0.05, q + 0.05])
+        got = h2.percentiles(windowed, [q])[0]
+        assert lo <= got <= hi, (f"windowed p{q * 100:g} {got} ns outside the all-calls"
+                                 f" p{(q - .05) * 100:g}..p{(q + .05) * 100:g} = {lo}..{hi}"
+                                 f" ({rec['count']} of {int(every.sum())} calls timed)")
+
+
 def test_collect_always_attaches_at_start_with_its_windows() -> None:
     s, _handles = start_sampler(Syscall, collect="always", latency_window="100ms")
     try:
