@@ -232,8 +232,8 @@ def report(label: str, host: object, r: dict, seconds: float) -> None:
     print(f"agent peak RSS (VmHWM), {label}: {r['peak'] / MB:.1f} MB"
           f" (+{(r['peak'] - r['before']) / MB:.1f} MB){hwm}")
     print(f"agent steady RSS, {label}, after {seconds:.0f} s: {r['steady'] / MB:.1f} MB"
-          f" (+{(r['steady'] - r['before']) / MB:.1f} MB; after the first second"
-          f" {r['first'] / MB:.1f} MB)")
+          f" (+{(r['steady'] - r['before']) / MB:.1f} MB; every 10 s from the first"
+          f" second: {' '.join(f'{kb / MB:.1f}' for kb in r['every_10s'])} MB)")
 
 
 def run_profile(t, seconds: float) -> dict:  # type: ignore[no-untyped-def]
@@ -284,7 +284,8 @@ def profile_child(host: str, base: str, seconds: float) -> int:
     last = status_kb(pid)  # the agent closed: VmHWM stays; steady is the last tick's
     print("result " + json.dumps({
         "before": before, "peak": last["VmHWM"], "steady": samples[-1], "reset": reset,
-        "first": samples[min(len(samples) - 1, scale.PUBLISH_EVERY + 2)]}), flush=True)
+        "every_10s": samples[scale.PUBLISH_EVERY + 2::10 * scale.PUBLISH_EVERY]}),
+        flush=True)  # samples: 2 steps before the paced ticks, then one per 100 ms tick
     return 0
 
 
