@@ -194,7 +194,7 @@ def one_load() -> str:
 
 
 #: The profiles' paced run: long enough for the cgroup sampler's walks (every 10 s).
-PROFILE_SECONDS = 30.0
+PROFILE_SECONDS = 60.0
 MB = 1024.0
 
 
