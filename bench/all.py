@@ -42,6 +42,8 @@ class Figure:
     target: str
 
 
+#: bench/scale.py's host profiles (PROFILES there; a test checks they match).
+PROFILES = ("small VM", "64-CPU database host", "128-CPU Kubernetes node")
 FIGURES = (
     Figure("publish", "disabled check (enable-word read + branch)",
            r"enable-word read \(word\.value\) \+ branch\s+([\d.]+) ns", "ns", "<= 100 ns"),
@@ -98,6 +100,10 @@ FIGURES = (
            r"steady RSS \(every event enabled[^)]*\): ([\d.]+) MB", "MB", "<= 60 MB"),
     Figure("memory_vm", "agent peak RSS (VmHWM), in the VM (user_events)",
            r"peak RSS \(VmHWM\): ([\d.]+) MB", "MB", "<= 60 MB"),
+    *(Figure("memory_profiles", f"agent {what}, {label} (scale.py's fixture tree: every"
+             " non-BPF, non-perf sampler, every event)",
+             rf"agent {re.escape(what)}, {label}\b[^:]*: ([\d.]+) MB", "MB", "<= 60 MB")
+      for label in PROFILES for what in ("peak RSS (VmHWM)", "steady RSS")),
     Figure("scale", "agent CPU, 128-CPU Kubernetes node (16 disks, 64 NICs, 500 cgroups),"
            " every non-BPF, non-perf sampler, every event, 100 ms / 1 s",
            r"agent CPU, 128-CPU Kubernetes node, 100 ms / 1 s, every event: ([\d.]+) %",
@@ -150,6 +156,7 @@ def commands(quick: bool, vm: str | None, rezolus: str | None = None) -> dict[st
         "overhead": [py, "bench/overhead.py", *(["--runs", "2", "--groups", "2", "--loops",
                                                   "20", "--seconds", "2"] if quick else [])],
         "memory": [py, "bench/memory.py", *(["--quick"] if quick else [])],
+        "memory_profiles": [py, "bench/memory.py", "--profiles", *(["--quick"] if quick else [])],
         "top": [py, "bench/top.py", *(["--frames", "3"] if quick else [])],
         "scale": [py, "bench/scale.py", *(["--quick"] if quick else [])],
         "bpf_hooks": [py, "bench/bpf_hooks.py", "--seconds", "3" if quick else "20"],

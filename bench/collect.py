@@ -30,7 +30,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,6 +202,9 @@ def load_average() -> str:
 
 def node_exporter(seconds: float, every: float) -> float | str:
     """Return node_exporter's CPU share (% of a core) scraped every ``every`` s."""
+    import urllib.request  # here: ssl and http would add ~6 MB to every importer's RSS
+    # (bench/memory.py --profiles measures the agent in a process importing this module)
+
     exe = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
     if exe is None:
         return "not installed (Debian: apt-get install prometheus-node-exporter)"

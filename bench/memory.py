@@ -4,6 +4,7 @@ with every event enabled.
     sudo .venv/bin/python bench/memory.py                 # the shipped config
     sudo .venv/bin/python bench/memory.py --seconds 20    # longer steady phase
     sudo .venv/bin/python bench/memory.py --vm BZIMAGE    # in the test VM (user_events)
+    .venv/bin/python bench/memory.py --profiles           # at bench/scale.py's host profiles
 
 The installed CLI runs with the shipped config (privileges dropped as users run it). Phases:
 idle (no consumer) for ``--seconds``; then a consumer (``rezolus_ue.subscribe`` on every
@@ -11,11 +12,17 @@ event, in this process) until every sampler is active with its BPF programs load
 sampling VmRSS every 50 ms; then ``--seconds`` with every event enabled. Prints idle RSS,
 the peak (the kernel's VmHWM, which no sampling can miss), steady RSS, and each phase's
 growth; asserts nothing. The issue's goal: steady and peak at most 60 MB.
+
+``--profiles``: the agent of bench/scale.py (every non-BPF, non-perf sampler on a fixture
+tree, every event enabled, default intervals, paced) at each of its host profiles, each in
+a fresh process (VmHWM is per process) while this one moves the tree's counters between
+ticks, so the fixture text's generation is not in the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -81,8 +88,16 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="idle and steady phases")
     ap.add_argument("--quick", action="store_true", help="2 s phases (a smoke test)")
     ap.add_argument("--vm", metavar="BZIMAGE", help="run inside a VM booted from this kernel")
+    ap.add_argument("--profiles", action="store_true",
+                    help="bench/scale.py's agent at its host profiles (no root needed)")
+    ap.add_argument("--profile-child", nargs=2, metavar=("HOST", "TREE"),
+                    help=argparse.SUPPRESS)  # one profile's process (run_profile starts it)
     args = ap.parse_args()
     seconds = 2.0 if args.quick else args.seconds
+    if args.profile_child:
+        return profile_child(*args.profile_child, seconds)
+    if args.profiles:
+        return profiles(seconds if args.quick or args.seconds != 10.0 else PROFILE_SECONDS)
     if args.vm:
         return run_in_vm(args.vm, "memory.py", ["--seconds", str(seconds)])
     with tempfile.NamedTemporaryFile(prefix="rezolus-ue-memory-", suffix=".log") as log:
@@ -176,6 +191,102 @@ def one_load() -> str:
     return (f"one BPF object's load ({name}), in this process: peak +{(peak - before) / 1024:.1f}"
             f" MB over {before / 1024:.1f} MB (libbpf parses the kernel's BTF, {size} raw, for"
             f" CO-RE and attach targets; freed after the load)")
+
+
+#: The profiles' paced run: long enough for the cgroup sampler's walks (every 10 s).
+PROFILE_SECONDS = 60.0
+MB = 1024.0
+
+
+def profiles(seconds: float) -> int:
+    """Print, per host profile of bench/scale.py, the agent's RSS before it is built, its
+    peak and its steady RSS after ``seconds`` paced, each measured in a fresh process."""
+    import scale
+
+    print(f"# agent memory at the host profiles  ({platform.node()}, Linux"
+          f" {platform.release()}, Python {platform.python_version()}; load average"
+          f" {os.getloadavg()[0]:.2f})")
+    print("method: per profile a fresh process builds bench/scale.py's agent (every non-BPF,"
+          " non-perf sampler on the profile's fixture tree, every event enabled, default"
+          " intervals 100 ms / 1 s, records written to /dev/null) and runs it paced for"
+          f" {seconds:.0f} s, while this process rewrites the tree's moving files between"
+          " ticks (their generation is not in the figures). 'before the agent': RSS of the"
+          " interpreter and imports; peak: VmHWM, reset (/proc/self/clear_refs 5) just before"
+          " the agent is built, so it covers the build, the first walks and the run; steady:"
+          " VmRSS at the end.")
+    print("not included: the BPF samplers, whose peak is libbpf parsing the kernel's BTF at"
+          " activation (the 'memory' section: the agent on this host), perf counters (no"
+          " fixture), the user_events registrations and a real consumer.")
+    for label, host in scale.PROFILES.items():
+        with scale.tree(host) as t:
+            report(label, host, run_profile(t, seconds), seconds)
+    print("goal: steady and peak <= 60 MB")
+    return 0
+
+
+def report(label: str, host: object, r: dict, seconds: float) -> None:
+    """Print one profile's figures (bench/all.py's patterns take them from these lines)."""
+    print(f"\n## {label} ({host})")
+    hwm = "" if r["reset"] else " (VmHWM not reset: it includes the imports)"
+    print(f"before the agent (interpreter + imports): {r['before'] / MB:.1f} MB")
+    print(f"agent peak RSS (VmHWM), {label}: {r['peak'] / MB:.1f} MB"
+          f" (+{(r['peak'] - r['before']) / MB:.1f} MB){hwm}")
+    print(f"agent steady RSS, {label}, after {seconds:.0f} s: {r['steady'] / MB:.1f} MB"
+          f" (+{(r['steady'] - r['before']) / MB:.1f} MB; every 10 s from the first"
+          f" second: {' '.join(f'{kb / MB:.1f}' for kb in r['every_10s'])} MB)")
+
+
+def run_profile(t, seconds: float) -> dict:  # type: ignore[no-untyped-def]
+    """Run the agent in a fresh process on bench/scale.py's tree ``t``, stepping ``t``
+    whenever it asks (after each tick); return its figures (KiB)."""
+    h = t.host
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--profile-child", f"{h.cpus},{h.disks},{h.nics},{h.cgroups}",
+         str(t.procfs.parent), "--seconds", str(seconds)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdin is not None and child.stdout is not None
+    result = None
+    for line in child.stdout:
+        if line == "step\n":
+            t.step()
+            child.stdin.write("\n")
+            child.stdin.flush()
+        elif line.startswith("result "):
+            result = json.loads(line.split(" ", 1)[1])
+        else:
+            sys.stderr.write(line)
+    if child.wait() != 0 or result is None:
+        raise SystemExit(f"memory bench: the agent's process failed at {h}")
+    return result
+
+
+def profile_child(host: str, base: str, seconds: float) -> int:
+    """One profile's process: build and pace the agent on the tree of ``host`` (CPUS,DISKS,
+    NICS,CGROUPS) under ``base``, which the parent steps; print its figures as one JSON
+    line."""
+    import scale
+
+    pid = os.getpid()
+    samples: list[int] = []
+
+    class SteppedByParent(scale.Tree):
+        def step(self, files: tuple[str, ...] | None = None) -> None:
+            samples.append(status_kb(pid)["VmRSS"])
+            print("step", flush=True)
+            sys.stdin.readline()
+
+    t = SteppedByParent(Path(base), scale.Host(*map(int, host.split(","))), populate=False)
+    before = status_kb(pid)["VmRSS"]
+    with contextlib.suppress(OSError):  # checked below
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    reset = status_kb(pid)["VmHWM"] <= before + 1024
+    scale.paced(t, seconds)
+    last = status_kb(pid)  # the agent closed: VmHWM stays; steady is the last tick's
+    print("result " + json.dumps({
+        "before": before, "peak": last["VmHWM"], "steady": samples[-1], "reset": reset,
+        "every_10s": samples[scale.PUBLISH_EVERY + 2::10 * scale.PUBLISH_EVERY]}),
+        flush=True)  # samples: 2 steps before the paced ticks, then one per 100 ms tick
+    return 0
 
 
 if __name__ == "__main__":

@@ -274,7 +274,9 @@ def write_cgroups(sysfs: Path, n: int) -> None:
 class Tree:
     """A fixture procfs and sysfs for ``host``; ``step`` moves the counters on."""
 
-    def __init__(self, base: Path, host: Host) -> None:
+    def __init__(self, base: Path, host: Host, populate: bool = True) -> None:
+        """Write the tree under ``base`` (``populate`` false: one some other process wrote
+        and steps, e.g. bench/memory.py's, whose figures must not include this one's)."""
         self.host = host
         self.procfs, self.sysfs = base / "proc", base / "sys"
         h = host
@@ -290,10 +292,12 @@ class Tree:
             gen[self.procfs / rel] = lambda k, t=text, p=pattern: bumped(t, k, p)
         #: How to write each moving file's text at step k (its counters only go up).
         self._gen = {str(p.relative_to(self.procfs)): (p, g) for p, g in gen.items()}
+        self._k = 0
+        if not populate:
+            return
         for p, g in gen.items():
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(g(0))
-        self._k = 0
         (self.procfs / "mounts").write_text(
             "proc /proc proc rw 0 0\nsysfs /sys sysfs rw 0 0\n"
             "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime 0 0\n")

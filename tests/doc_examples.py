@@ -306,6 +306,9 @@ EXERCISED: dict[str, Ran | NotRun] = {
         "a benchmark (minutes, figures only); tests/test_bench_smoke.py runs its parts"),
     ".venv/bin/python bench/memory.py": NotRun(
         "a benchmark (figures only); tests/test_bench_smoke.py runs it with --quick"),
+    ".venv/bin/python bench/memory.py --profiles": NotRun(
+        "a benchmark (figures only); tests/test_bench_smoke.py runs its agent process on a"
+        " small host"),
     ".venv/bin/python bench/top.py": NotRun(
         "a benchmark (figures only); tests/test_top.py covers the frames it times"),
     ".venv/bin/python bench/rezolus_compare.py --rezolus ~/src/rezolus": NotRun(

@@ -144,6 +144,24 @@ def test_memory_runs_the_agent_through_its_phases() -> None:
     assert rows and all(v.endswith(" MB") for v in rows.values()), (rows, out.stdout)
 
 
+def test_memory_profiles_measures_the_agent_in_a_process_of_its_own(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/memory.py --profiles: a fresh process paces scale.py's agent on a tree this
+    process steps after every tick; it prints the figures bench/all.py extracts."""
+    all_, memory, scale = load("all"), load("memory"), load("scale")
+    assert tuple(scale.PROFILES) == all_.PROFILES
+    host = scale.Host(cpus=4, disks=2, nics=3, cgroups=12)
+    with scale.tree(host) as t:
+        r = memory.run_profile(t, 1.0)
+        assert t._k >= scale.PUBLISH_EVERY  # the counters moved, by this process
+    assert r["reset"], "VmHWM was not reset by /proc/self/clear_refs"
+    assert r["peak"] >= r["steady"] > 0 and r["peak"] >= r["before"] > 0
+    memory.report(all_.PROFILES[-1], host, r, 1.0)
+    rows = {f.name: v for f, v in all_.extract({"memory_profiles": capsys.readouterr().out})
+            if f.bench == "memory_profiles"}
+    assert sum(v.endswith(" MB") for v in rows.values()) == 2, rows
+
+
 def test_all_only_keeps_the_other_benchmarks_sections() -> None:
     """`bench/all.py --only X` rewrites X's section and keeps the others, dated."""
     all_ = load("all")
