@@ -630,3 +630,5 @@ def test_a_table_is_the_mapping_it_stands_for() -> None:
     assert t == {(1,): (1, 2), (0,): (3, 4)} and list(t) == [(1,), (0,)] and len(t) == 2
     assert t[(0,)] == (3, 4) and type(t[(0,)][0]) is int
     assert list(t.items()) == [((1,), (1, 2)), ((0,), (3, 4))]
+    assert list(t.records()) == [(1, 1, 2), (0, 3, 4)]
+    assert list(Table([()], np.array([[5, 6]])).records()) == [(5, 6)]  # no labels
