@@ -248,10 +248,11 @@ class Table(Mapping):
     What a reader of fixed-layout text (a column per CPU) gives instead of a dict: it is
     the ``{labels: values}`` mapping it stands for (built on first use, values as tuples
     of ints), so every user of rows takes it, while the Oversampler summarises samples of
-    the same labels with NumPy straight from their arrays: at 128 CPUs, building a tuple
-    per series at each sample and an array from them again at publish cost about 700 us
-    of a 1,280-series family's second (bench/scale.py). Readers hand the same ``labels``
-    list while the layout holds.
+    the same labels with NumPy straight from their arrays. At 128 CPUs a tuple per series
+    at each sample, then an array built from them again at publish, made cpu_softirq's
+    parse and summary cost 1,870 us a second; from its Tables 970 (bench/scale.py's
+    paced agent, 2-vCPU reference VM). Readers hand the same ``labels`` list while the
+    layout holds.
     """
 
     __slots__ = ("_rows", "array", "labels")
