@@ -485,8 +485,8 @@ class LineInterrupts:
     """cpu_interrupts' parse before InterruptsReader: the line-by-line parse, every read."""
 
     @staticmethod
-    def read(data: bytes) -> dict[int, tuple[int, ...]]:
-        return parse_interrupts(data)
+    def read(data: bytes | memoryview) -> dict[int, tuple[int, ...]]:
+        return parse_interrupts(bytes(data))  # a fresh bytes at each read, as then
 
 
 class LineTimes:
