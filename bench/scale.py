@@ -2,7 +2,7 @@
 synthetic fixture trees of 2 to 256 CPUs, 1 to 64 block devices, 2 to 64 network
 interfaces and 10 to 5,000 cgroups (issue 16).
 
-    python bench/scale.py [--quick] [--seconds 10]
+    python bench/scale.py [--quick] [--seconds 10] [--against REV] [--only-before-after]
 
 The fixture files have the shapes and sizes of the kernel's at those sizes (/proc/stat with
 its intr line of nr_irqs counts, /proc/interrupts with a line per device queue and an 11-
@@ -27,12 +27,19 @@ netlink path runs against a fake socket answering synthetic RTM_GETSTATS dumps o
 size a kernel sends: the decoding is measured, the dump is not), and the perf counter
 samplers (perf_event_open per CPU, no fixture root; bench/collect.py measures them on
 the host). BPF samplers are bench/overhead.py's. Asserts nothing.
+
+Before/after (the last section) measures, in turn and in one run, the samplers issue 16
+fixed and the paced agent as they were before the fixes (``old_code``, ``BEFORE``) and as
+they are; ``--against REV`` adds REV's code (checked out in a temporary worktree and
+measured by this script in a process of its own, as bench/top.py does) in each round: a
+change's before/after.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import platform
 import re
@@ -40,6 +47,7 @@ import shutil
 import socket
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,8 +56,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+#: The tree whose package is measured: this one, or a revision's (``--against``).
+TREE = Path(os.environ.get("REZOLUS_UE_BENCH_TREE", ROOT))
 sys.path.insert(0, str(ROOT / "bench"))  # for collect, also when imported by the tests
+sys.path.insert(0, str(TREE))
+# TREE's package first: collect puts ROOT first on sys.path, and rezolus_ue must not be
+# imported from there.
+__import__("rezolus_ue")
 
 import numpy as np  # noqa: E402
 from collect import NullHandle  # noqa: E402
@@ -476,8 +489,8 @@ class LineInterrupts:
     """cpu_interrupts' parse before InterruptsReader: the line-by-line parse, every read."""
 
     @staticmethod
-    def read(data: bytes) -> dict[int, tuple[int, ...]]:
-        return parse_interrupts(data)
+    def read(data: bytes | memoryview) -> dict[int, tuple[int, ...]]:
+        return parse_interrupts(bytes(data))  # a fresh bytes at each read, as then
 
 
 class LineTimes:
@@ -687,35 +700,94 @@ def profiles(intervals: int, seconds: float) -> None:
               f"   (paced, {seconds:.0f} s; target for the Kubernetes node <= 2%)")
 
 
-def before_after(intervals: int, seconds: float, rounds: int) -> None:
+#: The cases of before/after: a label and its host.
+CASES = {"128-CPU Kubernetes node": PROFILES["128-CPU Kubernetes node"],
+         "256 CPUs": Host(cpus=256)}
+
+
+def measure(kind: str, case: str, intervals: int, seconds: float) -> dict[str, float]:
+    """Return this process's measures of ``case`` (a CASES label) after the fixes: the
+    FIXED_SAMPLERS' µs/s (``kind`` "samplers") or the paced agent's % of a core
+    ("paced"); what ``--measure`` prints for --against."""
+    with tree(CASES[case]) as t:
+        if kind == "paced":
+            return {"paced": paced(t, seconds)}
+        return {n: per_second(n, t, intervals) for n in FIXED_SAMPLERS}
+
+
+@contextlib.contextmanager
+def revision(rev: str | None) -> Iterator[Callable[..., dict[str, float]] | None]:
+    """Yield a function measuring ``measure(kind, case)`` with REV's package (checked out
+    in a temporary worktree, run by this script in a process of its own), or None."""
+    if rev is None:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="rezolus-scale-") as tmp:
+        t = Path(tmp) / "rev"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(t),
+                        rev], check=True)
+
+        def run(kind: str, case: str, intervals: int, seconds: float) -> dict[str, float]:
+            p = subprocess.run([sys.executable, __file__, "--measure", kind, "--case", case,
+                                "--intervals", str(intervals), "--seconds", str(seconds)],
+                               capture_output=True, text=True,
+                               env={**os.environ, "REZOLUS_UE_BENCH_TREE": str(t)})
+            if p.returncode != 0:
+                raise SystemExit(f"bench/scale.py on {rev} failed:\n{p.stderr[-3000:]}")
+            return json.loads(p.stdout)
+
+        try:
+            yield run  # type: ignore[misc]
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(t)],
+                           check=False)
+
+
+def before_after(intervals: int, seconds: float, rounds: int, against: str | None) -> None:
     """Print the fixed samplers and the whole agent before and after the fixes, measured
-    in turn (before, after, before, ...) in this run; medians of ``rounds``."""
-    label = "128-CPU Kubernetes node"
-    cases = [(f"{label}", PROFILES[label]), ("256 CPUs", Host(cpus=256))]
+    in turn (before, after, before, ...) in this run; medians of ``rounds``. ``against``:
+    a git revision measured in each round too (its package in a process of its own)."""
     print(f"\n## before / after the fixes (this run, {rounds} interleaved rounds, medians;"
           " before: cpu_interrupts and cpu_usage read line by line, cpu_softirq by tokens,"
           " scheduler splitting every line of /proc/schedstat, and the Oversampler's loop for"
-          " every family)")
-    for what, h in cases:
-        with tree(h) as t:
-            for name in FIXED_SAMPLERS:
-                got: dict[bool, list[float]] = {True: [], False: []}
+          " every family" + (f"; at {against}: that revision's code" if against else "")
+          + ")")
+    sides = ("before", *([f"at {against}"] if against else []), "after")
+    with revision(against) as rev:
+        for what in CASES:
+            with tree(CASES[what]) as t:
+                got: dict[str, dict[str, list[float]]] = {
+                    n: {side: [] for side in sides} for n in FIXED_SAMPLERS}
                 for _ in range(rounds):
-                    for b in (True, False):
-                        with old_code(b):
-                            got[b].append(per_second(name, t, intervals, before=b))
-                old, new = (statistics.median(got[b]) for b in (True, False))
-                print(f"{name:18s} {what:24s} before {old:9.1f} µs/s   after {new:9.1f} µs/s"
-                      f"   ({old / new:.1f}x)")
-    with tree(PROFILES[label]) as t:
-        shares: dict[bool, list[float]] = {True: [], False: []}
-        for _ in range(rounds):
-            for b in (True, False):
-                with old_code(b):
-                    shares[b].append(paced(t, seconds / 2, before=b))
-    old, new = (statistics.median(shares[b]) for b in (True, False))
-    print(f"agent CPU, {label}, paced: before {old:.3f} % of a core, after {new:.3f} % of a"
-          f" core   ({old / new:.2f}x)")
+                    if rev is not None:
+                        for name, v in rev("samplers", what, intervals, seconds).items():
+                            got[name][sides[1]].append(v)
+                    for name in FIXED_SAMPLERS:
+                        for b in (True, False):
+                            with old_code(b):
+                                got[name]["before" if b else "after"].append(
+                                    per_second(name, t, intervals, before=b))
+            for name, by in got.items():
+                med = {side: statistics.median(v) for side, v in by.items()}
+                print(f"{name:18s} {what:24s} " + "   ".join(
+                    f"{side} {v:9.1f} µs/s" for side, v in med.items())
+                    + "   (" + "; ".join(f"{med[side] / med['after']:.1f}x"
+                                         for side in sides[:-1]) + ")")
+        label = "128-CPU Kubernetes node"
+        shares: dict[str, list[float]] = {side: [] for side in sides}
+        with tree(PROFILES[label]) as t:
+            for _ in range(rounds):
+                for b in (True, False):
+                    with old_code(b):
+                        shares["before" if b else "after"].append(
+                            paced(t, seconds / 2, before=b))
+                if rev is not None:
+                    shares[sides[1]].append(rev("paced", label, intervals, seconds / 2)["paced"])
+    med = {side: statistics.median(v) for side, v in shares.items()}
+    print(f"agent CPU, {label}, paced: " + ", ".join(f"{side} {v:.3f} % of a core"
+                                                     for side, v in med.items())
+          + "   (" + "; ".join(f"{med[side] / med['after']:.2f}x" for side in sides[:-1])
+          + ")")
 
 
 def main() -> int:
@@ -723,13 +795,28 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="few repeats (a smoke test)")
     ap.add_argument("--seconds", type=float, default=10.0,
                     help="length of each paced agent run")
+    ap.add_argument("--against", metavar="REV",
+                    default=os.environ.get("REZOLUS_UE_SCALE_AGAINST") or None,
+                    help="in before/after, also measure git revision REV's code in each round"
+                    " (default: $REZOLUS_UE_SCALE_AGAINST)")
+    ap.add_argument("--only-before-after", action="store_true",
+                    help="print only the before/after section")
+    ap.add_argument("--measure", choices=("samplers", "paced"), help=argparse.SUPPRESS)
+    ap.add_argument("--case", choices=tuple(CASES), help=argparse.SUPPRESS)
+    ap.add_argument("--intervals", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.measure:  # one measure of --against's revision, as JSON
+        print(json.dumps(measure(args.measure, args.case, args.intervals, args.seconds)))
+        return 0
     intervals = 2 if args.quick else 9
     seconds = 2.0 if args.quick else args.seconds
     print(f"# scale  ({platform.node()}, Linux {platform.release()}, {os.cpu_count()} CPUs,"
           f" Python {platform.python_version()}; load average {os.getloadavg()[0]:.2f})")
     print("CPU µs per second at 100 ms sampling / 1 s publishing, every event enabled, warm;"
           " µs/s / 10000 = % of one core. power: growth exponent (1 = linear).")
+    if args.only_before_after:
+        before_after(intervals, seconds, 1 if args.quick else 3, args.against)
+        return 0
     print("\n## by CPUs (1 disk, 2 NICs, 10 cgroups)")
     sweep(BY_CPU, [Host(cpus=n) for n in CPUS], "CPU", list(CPUS), intervals)
     print("\n## by block devices (2 CPUs; each disk has a partition, 8 idle loop devices)")
@@ -747,7 +834,7 @@ def main() -> int:
     print("\nnot measured here: perf_software, perf_hardware (perf_event_open per CPU; no"
           " fixture root: bench/collect.py), BPF samplers (bench/overhead.py)")
     profiles(intervals, seconds)
-    before_after(intervals, seconds, 1 if args.quick else 3)
+    before_after(intervals, seconds, 1 if args.quick else 3, args.against)
     return 0
 
 

@@ -581,3 +581,54 @@ def test_the_numpy_summary_follows_label_sets_that_change() -> None:
             arrays.add(t, rows)
         assert_same_records(loop, arrays)
     assert arrays._heads[0] == [(c,) for c in range(5, 45)]  # the arrays path, last keys
+
+
+def test_tables_give_the_records_of_their_dicts() -> None:
+    """Samples given as Tables (a reader's arrays) are summarised from their arrays: the
+    records of the same samples given as dicts, value for value and type for type, with
+    counters that reset, gauges below 0 (cpu_usage's busy_ppm is a gauge among
+    counters), label sets that change, a dict among Tables and two samples at one time."""
+    import random
+
+    from rezolus_ue.metrics.family import Table
+    from rezolus_ue.samplers.cpu_softirq import CPU_SOFTIRQ
+    from rezolus_ue.samplers.cpu_usage import CPU_USAGE
+
+    for fam in (CPU_SOFTIRQ, CPU_USAGE):
+        rng = random.Random(11)
+        m = len(fam.scalars)
+        loop, arrays = Oversampler(fam), Oversampler(fam)
+        labels = [(i,) for i in range(40)]
+        state = np.array([[rng.randint(0, 10**9) for _ in range(m)] for _ in labels])
+        t = 10**9
+        took = 0
+        for interval in range(24):
+            if interval == 9:
+                labels = [(i,) for i in range(5, 45)]  # CPUs came and went
+            for step in range(rng.choice([1, 2, 10])):
+                t += 0 if interval == 7 else rng.choice([99_999_999, 100_000_000])
+                x = rng.random()
+                state = state + np.array([[rng.choice([0, 0, rng.randint(0, 10**6)])
+                                           for _ in range(m)] for _ in labels])
+                if x < 0.05:
+                    state[3, 1] = rng.randint(0, 100)  # reset
+                if x > 0.95:
+                    state[4, -1] = -rng.randint(0, 100)
+                table = Table(labels, state.copy())
+                as_dict = dict(table.rows)
+                loop.add(t, as_dict)
+                arrays.add(t, as_dict if interval == 13 and step == 0 else table)
+            took += isinstance(arrays.last, Table)
+            assert_same_records(loop, arrays)
+        assert took >= 20
+
+
+def test_a_table_is_the_mapping_it_stands_for() -> None:
+    from rezolus_ue.metrics.family import Table
+
+    t = Table([(1,), (0,)], np.array([[1, 2], [3, 4]]))
+    assert t == {(1,): (1, 2), (0,): (3, 4)} and list(t) == [(1,), (0,)] and len(t) == 2
+    assert t[(0,)] == (3, 4) and type(t[(0,)][0]) is int
+    assert list(t.items()) == [((1,), (1, 2)), ((0,), (3, 4))]
+    assert list(t.records()) == [(1, 1, 2), (0, 3, 4)]
+    assert list(Table([()], np.array([[5, 6]])).records()) == [(5, 6)]  # no labels

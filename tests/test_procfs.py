@@ -107,3 +107,16 @@ def test_shared_open_error_leaves_nothing_behind(tmp_path: Path) -> None:
         assert f.read() == b"now here"
     finally:
         f.close()
+
+
+def test_read_view_reads_what_read_reads_into_one_kept_buffer(tmp_path: Path) -> None:
+    p = tmp_path / "big"
+    texts = [b"x" * 200_000, b"y" * 70_000, b"z" * 300_000 + b"\n", b""]
+    p.write_bytes(texts[0])
+    with KeptOpen(p) as f:
+        views = []
+        for text in texts:
+            rewrite_in_place(p, text)
+            views.append(f.read_view())
+            assert bytes(views[-1]) == f.read() == text
+        assert views[0].obj is views[1].obj and views[3].obj is views[2].obj  # kept

@@ -200,3 +200,21 @@ def test_reader_sums_many_lines_of_nines_exactly() -> None:
     for _ in range(2):
         assert reader.read(data) == parse_interrupts(data)
     assert reader._plan is not None
+
+
+def test_captures_parsed_later_keep_their_own_bytes(tmp_path: Path) -> None:
+    """A capture is a view of the file's kept buffer: one not yet parsed when the next
+    read comes is copied first, so each capture parses to what was read then."""
+    shutil.copy(FIXTURES / "interrupts_offline" / "interrupts", tmp_path / "interrupts")
+    s, _h = make_sampler(tmp_path)
+    try:
+        first = s.capture()
+        replace_in_place(tmp_path / "interrupts", b"90001", b"90101")  # cpu0 LOC +100
+        second = s.capture()
+        a, b = (s.parse(c)[CPU_INTERRUPTS][(0,)] for c in (first, second))
+        third = s.capture()
+        assert s.parse(third)[CPU_INTERRUPTS][(0,)] == b
+    finally:
+        s.close()
+    slot = CPU_INTERRUPTS.slot("local_timer")
+    assert b[slot] - a[slot] == 100 and isinstance(first.data, bytes)

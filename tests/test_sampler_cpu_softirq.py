@@ -24,12 +24,14 @@ from helpers import (
     decoded,
     new_sampler,
     replace_in_place,
+    rewrite_in_place,
     sample_twice,
     start_sampler,
 )
 
 from rezolus_ue.errors import SamplerUnavailable
 from rezolus_ue.linux.procfs import parse_cpu_list
+from rezolus_ue.metrics.family import Table
 from rezolus_ue.samplers.cpu_softirq import CPU_SOFTIRQ, SOFTIRQ_KINDS
 from rezolus_ue.samplers.cpu_softirq.sampler import CpuSoftirq, SoftirqReader, parse_softirqs
 
@@ -294,3 +296,30 @@ def test_reader_fixed_width_path_at_128_cpus_and_its_fallbacks() -> None:
     for k in range(2):
         reader_rows(small, kernel_softirqs(16, k))
     assert small.fixed_reads == 0  # fewer CPUs: read by tokens
+
+
+def test_sampler_at_128_cpus_writes_the_bytes_the_dicts_give(tmp_path: Path) -> None:
+    """At 128 CPUs the fixed-width read hands Tables (arrays) to the Oversampler: the
+    payloads of both events are byte for byte those of the token read's dicts, interval
+    after interval, counters moving, going back (a reset) and holding still."""
+    (tmp_path / "softirqs").write_bytes(kernel_softirqs(128, 0))
+    tables, th = make_sampler(tmp_path)
+    dicts, dh = make_sampler(tmp_path)
+    dicts._reader = SoftirqReader(min_fixed_cpus=1 << 30)
+    t = 1_000_000_000
+    try:
+        for step in range(1, 31):
+            data = kernel_softirqs(128, step if step != 17 else 3)
+            rewrite_in_place(tmp_path / "softirqs", data if step % 7 else
+                             data.replace(b"         1", b"         0"))
+            t += 100_000_000
+            for s in (tables, dicts):
+                s.sample(t, step % 10 == 0)
+                if step % 10 == 0:
+                    s.publish()
+    finally:
+        tables.close()
+        dicts.close()
+    assert isinstance(tables._reader.read(kernel_softirqs(128, 40)), Table)
+    for name, handle in th.items():
+        assert handle.payloads == dh[name].payloads and handle.payloads, name

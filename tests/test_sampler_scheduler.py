@@ -314,3 +314,39 @@ def test_parse_schedstat_finds_the_cpu_lines_as_the_split_does(
             m.setattr(sampler, "_NUMPY_BYTES", 1 << 62)
             assert got == parse_schedstat(text)
     assert len(parse_schedstat(texts[2])) == 129 and len(parse_schedstat(texts[6])) == 126
+
+
+def test_schedstat_reader_reads_what_the_loop_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From _NUMPY_BYTES SchedstatReader converts the cpu lines at once into a Table: the
+    loop's rows, and the loop itself for any text it would read otherwise."""
+    from rezolus_ue.metrics.family import Table
+    from rezolus_ue.samplers.scheduler import sampler
+
+    base = big_schedstat(128, 1)
+    texts = {
+        "base": base,
+        "next": big_schedstat(128, 2),
+        "every line longer": base.replace(b"\ndomain0", b" 10 11\ndomain0"),
+        "two lines longer": base.replace(b"\ncpu0 0 0 ", b"\ncpu0 0 0 1 1 ", 1)
+        .replace(b"\ncpu1 0 0 ", b"\ncpu1 0 0 1 1 ", 1),
+        "cpu, no number": base + b"cpu 1 2 3 4 5 6 7 8 9\n",
+        "a line longer": base + b"cpu128 1 2 3 4 5 6 7 8 9 10\n",
+        "a line shorter": base + b"cpu128 1 2 3 4 5 6 7 8\n",
+        "too big": base + b"cpu128 1 2 3 4 5 6 %d 8 9\n" % (1 << 62),
+        "a CPU twice": base + b"cpu5 1 2 3 4 5 6 7 8 9\n",
+        "a tab": base.replace(b"\ncpu3 0 0", b"\ncpu3 0\t0", 1),
+        "a minus": base.replace(b"\ncpu3 0 0", b"\ncpu3 0 -0", 1),
+        "cpu inside": base.replace(b"\ncpu3 0 0", b"\ncpu3 0 cpu0", 1),
+        "letters": base.replace(b"\ncpu3 0 0", b"\ncpu3 0 0u", 1),
+        "other CPUs": big_schedstat(130, 3),
+    }
+    reader = sampler.SchedstatReader()
+    for name, text in texts.items():
+        got = reader.read(text)
+        with monkeypatch.context() as m:
+            m.setattr(sampler, "_NUMPY_BYTES", 1 << 62)
+            expected = sampler.SchedstatReader().read(text)
+        assert type(expected) is dict
+        assert got == expected, name
+        assert isinstance(got, Table) == (name in ("base", "next", "every line longer",
+                                                   "other CPUs")), name

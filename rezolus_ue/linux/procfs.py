@@ -24,7 +24,7 @@ _CHUNK = 65536
 class KeptOpen:
     """One procfs/sysfs file held open for repeated whole-file reads."""
 
-    __slots__ = ("_at", "_data", "_fd", "_size", "path")
+    __slots__ = ("_at", "_buf", "_data", "_fd", "_size", "path")
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -40,6 +40,8 @@ class KeptOpen:
         #: The time stamp of the read_at whose bytes ``_data`` holds.
         self._at: int | None = None
         self._data = b""
+        #: The buffer ``read_view`` reads into, kept between reads.
+        self._buf = bytearray()
 
     def read(self) -> bytes:
         """Return the file's current contents."""
@@ -48,6 +50,19 @@ class KeptOpen:
             if len(data) < self._size:
                 return data
             # The buffer was filled: the file may be longer; grow and read again.
+            self._size *= 2
+
+    def read_view(self) -> memoryview:
+        """Return the file's current contents as a view of a buffer this object keeps,
+        valid until the next ``read_view``: for files of megabytes (/proc/interrupts at
+        128 CPUs: 2 MB), whose fresh ``bytes`` at each read cost a page fault per 4 KiB
+        (a read of 2 MB from tmpfs: 930 us, into the kept buffer 230)."""
+        while True:
+            if len(self._buf) < self._size:
+                self._buf = bytearray(self._size)
+            n = os.preadv(self._fd, [self._buf], 0)
+            if n < self._size:
+                return memoryview(self._buf)[:n]
             self._size *= 2
 
     def read_at(self, t_ns: int | None) -> bytes:
@@ -69,6 +84,7 @@ class KeptOpen:
             os.close(self._fd)
             self._fd = -1
             self._data = b""
+            self._buf = bytearray()
 
     def __enter__(self) -> KeptOpen:
         return self

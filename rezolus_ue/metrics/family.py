@@ -26,11 +26,11 @@ import enum
 import math
 import struct
 from bisect import bisect_left
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, ItemsView, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from itertools import accumulate, chain, repeat
-from operator import add, itemgetter, mul, sub, truediv
+from operator import itemgetter, mul, sub, truediv
 
 import numpy as np
 
@@ -241,6 +241,54 @@ def _describe(f: Family) -> str:
     return f" Histogram: {h.name} ({h.unit}), H2 layout." if h else ""
 
 
+class Table(Mapping):
+    """One sample of a family's series as one array: ``labels`` (the label tuples, in row
+    order) and ``array`` (int64, one row per label tuple, the family's scalar order).
+
+    What a reader of fixed-layout text (a column per CPU) gives instead of a dict: it is
+    the ``{labels: values}`` mapping it stands for (built on first use, values as tuples
+    of ints), so every user of rows takes it, while the Oversampler summarises samples of
+    the same labels with NumPy straight from their arrays. At 128 CPUs a tuple per series
+    at each sample, then an array built from them again at publish, made cpu_softirq's
+    parse and summary cost 1,870 us a second; from its Tables 970 (bench/scale.py's
+    paced agent, 2-vCPU reference VM). Readers hand the same ``labels`` list while the
+    layout holds.
+    """
+
+    __slots__ = ("_rows", "array", "labels")
+
+    def __init__(self, labels: list[tuple], array: np.ndarray) -> None:
+        self.labels, self.array = labels, array
+        self._rows: dict[tuple, tuple[int, ...]] | None = None
+
+    @property
+    def rows(self) -> dict[tuple, tuple[int, ...]]:
+        """Return the ``{labels: values}`` dict this table stands for."""
+        if self._rows is None:
+            self._rows = dict(zip(self.labels, map(tuple, self.array.tolist()), strict=True))
+        return self._rows
+
+    def __getitem__(self, key: tuple) -> tuple[int, ...]:
+        return self.rows[key]
+
+    def __iter__(self) -> Iterator[tuple]:
+        return iter(self.labels)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def items(self) -> ItemsView[tuple, tuple[int, ...]]:
+        return self.rows.items()
+
+    def records(self) -> Iterator[tuple]:
+        """Return the ``(*labels, *values)`` records of the rows, in order (made in C:
+        one tuple each)."""
+        return zip(*zip(*self.labels, strict=True), *self.array.T.tolist(), strict=True)
+
+    def __repr__(self) -> str:
+        return f"Table({self.rows!r})"
+
+
 class Oversampler:
     """Collects one family's samples and summarises them once per publish interval.
 
@@ -258,7 +306,8 @@ class Oversampler:
     label sets of 1 to 10 oversampled metrics); counters that did not move and gauges that
     held one level, common in a second, take a shortcut. A family of many series (a
     hundred CPUs or interfaces) is the exception: its summary is computed with NumPy
-    (``_summarise_arrays``, from VECTOR_SERIES series), to the same records.
+    (``_summarise_arrays``, from VECTOR_SERIES series), to the same records; from the
+    samples' own arrays when its reader gives ``Table`` s.
     """
 
     def __init__(self, family: Family) -> None:
@@ -273,8 +322,8 @@ class Oversampler:
         self._base: tuple[int, Mapping[tuple, Sequence[int]]] | None = None
         #: The last add() kept values only (nobody consumed the _dist event).
         self._plain = False
-        #: (label sets, the (*labels, name) head of each record) of the last NumPy summary:
-        #: the label sets rarely change, so the heads are made once.
+        #: (label sets, the columns of the (*labels, name) heads of the records) of the
+        #: last NumPy summary: the label sets rarely change, so the heads are made once.
         self._heads: tuple[list[tuple], list[tuple]] = ([], [])
 
     @property
@@ -336,8 +385,7 @@ class Oversampler:
         steady = None not in per_s
         skip = 0 if base is None else 1  # gauges: this interval's levels, not the base's
         dicts = [rows for _t, rows in series]
-        if steady and len(last) * len(self._dist) >= VECTOR_SERIES and \
-                2 * len(self._dist) >= len(self.family.scalars):
+        if steady and len(last) * len(self._dist) >= VECTOR_SERIES:
             out = self._summarise_arrays(last, dicts, per_s, skip)
             if out is not None:
                 return out
@@ -388,12 +436,20 @@ class Oversampler:
         each (bench/scale.py). The same arithmetic: integer differences, each times its
         step's float factor, nearest ranks of the sorted values, rounded half to even.
         None (the loop decides) when a sample lacks a label set of the last or a value
-        is not an integer of less than 2**62."""
-        keys = list(last)
-        pick = itemgetter(*keys) if len(keys) > 1 else (lambda d: (d[keys[0]],))
-        try:
-            table = np.array([pick(d) for d in dicts])
-        except (KeyError, ValueError):
+        is not an integer of less than 2**62, or when the samples are dicts of a family
+        with fewer oversampled metrics than others (the array of every value built from
+        them costs more than the loop then)."""
+        table = _stacked(last, dicts)
+        if table is not None:
+            keys = last.labels  # type: ignore[attr-defined]  # Tables of the same labels
+        elif 2 * len(self._dist) >= len(self.family.scalars):
+            keys = list(last)
+            pick = itemgetter(*keys) if len(keys) > 1 else (lambda d: (d[keys[0]],))
+            try:
+                table = np.array([pick(d) for d in dicts])
+            except (KeyError, ValueError):
+                return None
+        else:
             return None
         if table.dtype != np.int64 or table.ndim != 3 or table.size == 0 or \
                 int(np.abs(table).max()) >= 1 << 62:
@@ -407,39 +463,60 @@ class Oversampler:
             rates = d * np.array(per_s, dtype=np.float64)[:, None, None]
             if np.abs(rates).max(initial=0) >= 1 << 62:  # beyond exact int64 results
                 return None
-            rates[d < 0] = np.nan  # a counter went back: reset, no rate for that step
-            q[:, counters] = _nearest_ranks(np.sort(rates, axis=0),
-                                            np.count_nonzero(d >= 0, axis=0))
+            back = d < 0  # a counter went back: reset, no rate for that step
+            n: np.ndarray | int = len(d)
+            if back.any():
+                rates[back] = np.nan
+                n = np.count_nonzero(~back, axis=0)
+            q[:, counters] = _nearest_ranks(np.sort(rates, axis=0), n)
         if not counters.all():
             v = table[skip:, :, [j for j, c, _n in self._dist if not c]]
             q[:, ~counters] = _nearest_ranks(np.sort(v, axis=0), len(v))
         np.maximum(q, 0, out=q)
-        # Each record: its head, then the last value and the quantiles, joined in C (the
-        # loop over 1,280 series cost 262 us, this 197; 2-vCPU reference VM).
-        if self._heads[0] != keys:
+        # Each record: its head's columns, then the last value's and the quantiles',
+        # zipped in C: a tuple per record and nothing else (1,280 series: the loop cost
+        # 262 us, a tuple of the values added to each head 197, this 90; 2-vCPU VM).
+        if self._heads[0] is not keys and self._heads[0] != keys:
             names = [n for _j, _c, n in self._dist]
-            self._heads = keys, [(*key, name) for key in keys for name in names]
+            self._heads = keys, list(zip(*[(*key, name) for key in keys for name in names],
+                                         strict=True))
         tails = np.concatenate((table[-1][:, cols, None], q), axis=2)  # dicts[-1] is last
-        return list(map(add, self._heads[1],
-                        map(tuple, tails.reshape(-1, tails.shape[2]).tolist())))
+        return list(zip(*self._heads[1], *tails.reshape(-1, tails.shape[2]).T.tolist(),
+                        strict=True))
 
 
 #: Series (label sets x oversampled metrics) from which a family's summary is computed
-#: with NumPy (``_summarise_arrays``), if at least half its metrics are oversampled (the
-#: table holds them all); else the plain loop is cheaper (2-vCPU reference VM: even at
-#: 48 series of 3 metrics; from 64 series of 8 or 10 metrics, 1.4x to 3.4x faster at
-#: 1,280 series; 1 metric of 9: slower at 128).
+#: with NumPy (``_summarise_arrays``): from its samples' arrays if they are Tables of the
+#: same labels, else if at least half its metrics are oversampled (the array built from
+#: the dicts holds them all); otherwise the plain loop is cheaper (2-vCPU reference VM:
+#: even at 48 series of 3 metrics; from 64 series of 8 or 10 metrics, 1.4x to 3.4x
+#: faster at 1,280 series; 1 metric of 9 from dicts: slower at 128).
 VECTOR_SERIES = 64
+
+
+def _stacked(last: Mapping[tuple, Sequence[int]],
+             samples: list[Mapping[tuple, Sequence[int]]]) -> np.ndarray | None:
+    """Return the (samples, labels, scalars) array of samples that are all Tables of the
+    labels of ``last`` (in its order), else None."""
+    if not isinstance(last, Table):
+        return None
+    labels = last.labels
+    for t in samples:
+        if not isinstance(t, Table) or (t.labels is not labels and t.labels != labels):
+            return None
+    return np.stack([t.array for t in samples])
 
 
 def _nearest_ranks(ordered: np.ndarray, n: np.ndarray | int) -> np.ndarray:
     """Return the DIST quantiles (``_quantiles``) along axis 0 of values sorted along it
     (NaNs, values left out, last), ``n`` values each: (keys, metrics, quantiles), 0 where
     there are no values."""
-    n = np.broadcast_to(np.asarray(n), ordered.shape[1:])
     out = np.zeros((*ordered.shape[1:], len(DIST)), dtype=np.int64)
     if ordered.shape[0] == 0:
         return out
+    if isinstance(n, int) or n.min() == n.max():  # as many values everywhere (usual)
+        return _nearest_ranks_of(ordered, int(n if isinstance(n, int) else n.flat[0]), out)
+    n = np.broadcast_to(np.asarray(n), ordered.shape[1:])
     for i, (_s, quantile) in enumerate(DIST):
         rank = np.maximum(np.ceil(quantile * n).astype(np.int64) - 1, 0)
         got = np.take_along_axis(ordered, np.minimum(rank, ordered.shape[0] - 1)[None],
@@ -447,6 +524,16 @@ def _nearest_ranks(ordered: np.ndarray, n: np.ndarray | int) -> np.ndarray:
         if got.dtype.kind == "f":
             got = np.rint(np.where(n > 0, got, 0)).astype(np.int64)
         out[..., i] = np.where(n > 0, got, 0)
+    return out
+
+
+def _nearest_ranks_of(ordered: np.ndarray, n: int, out: np.ndarray) -> np.ndarray:
+    """Return ``_nearest_ranks`` into ``out`` where every series has ``n`` values."""
+    if n <= 0:
+        return out
+    for i, (_s, quantile) in enumerate(DIST):
+        got = ordered[max(math.ceil(quantile * n) - 1, 0)]
+        out[..., i] = np.rint(got) if got.dtype.kind == "f" else got
     return out
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from ..config import SAMPLER_OPTIONS, Option
 from ..encoding import EventSchema
 from ..linux.procfs import KeptOpen
-from ..metrics.family import Family, Oversampler, sparse_histogram_records
+from ..metrics.family import Family, Oversampler, Table, sparse_histogram_records
 from ..metrics.types import Histogram
 
 if TYPE_CHECKING:
@@ -312,7 +312,8 @@ class Sampler(ABC):
         for fam, by_labels in rows.items():
             schema = fam.schema
             if fam.histogram is None:
-                self.emit(schema, ((*k, *v) for k, v in by_labels.items()))
+                self.emit(schema, by_labels.records() if isinstance(by_labels, Table) else
+                          ((*k, *v) for k, v in by_labels.items()))
             else:
                 self.emit(schema, (rec for k, v in by_labels.items()
                                    for rec in sparse_histogram_records(schema, k, v[:-1],

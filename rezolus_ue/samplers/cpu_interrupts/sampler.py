@@ -79,12 +79,13 @@ class InterruptsReader:
         #: blocks, CPUs) or None.
         self._plan: tuple | None = None
 
-    def read(self, data: bytes) -> dict[int, tuple[int, ...]]:
+    def read(self, data: bytes | memoryview) -> dict[int, tuple[int, ...]]:
         """Return what ``parse_interrupts(data)`` returns."""
         if self._plan is not None:
             rows = self._fast(data)
             if rows is not None:
                 return rows
+        data = bytes(data)
         rows = parse_interrupts(data)
         self._plan = self._make_plan(data) if len(rows) * data.count(b"\n") >= \
             self._min_counts else None
@@ -139,7 +140,7 @@ class InterruptsReader:
         expected = np.frombuffer(data, dtype=np.uint8)[positions].copy()
         return len(data), positions, expected, [at for _s, at in counted], n, blocks, cpus
 
-    def _fast(self, data: bytes) -> dict[int, tuple[int, ...]] | None:
+    def _fast(self, data: bytes | memoryview) -> dict[int, tuple[int, ...]] | None:
         assert self._plan is not None
         length, positions, expected, starts, n, blocks, cpus = self._plan
         if len(data) != length or not np.array_equal(
@@ -188,6 +189,17 @@ _MAX_ROWS = 0xFFFF // 9
 _PLACES = 10 ** np.arange(_COUNT - 2, -1, -1, dtype=np.int64)
 
 
+class _Capture:
+    """One read of /proc/interrupts: a view of the kept buffer (``KeptOpen.read_view``:
+    no fresh megabytes at each read), made a copy if another read comes before it is
+    parsed (captures are parsed at the publish tick, where this sampler only reads)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes | memoryview) -> None:
+        self.data = data
+
+
 class CpuInterrupts(FamilySampler):
     """Interrupts per CPU: device, local timer, rescheduling, function call, TLB, other."""
 
@@ -201,14 +213,25 @@ class CpuInterrupts(FamilySampler):
         except FileNotFoundError as e:
             raise SamplerUnavailable(self.name, f"{e} (needs procfs)") from None
         self._reader = InterruptsReader()
+        #: The last capture, while it is not parsed (its bytes are a view of the file's
+        #: buffer, valid until the next read).
+        self._unparsed: _Capture | None = None
 
-    def capture(self) -> bytes | None:
-        return self._file.read() if self.family_wanted(CPU_INTERRUPTS) else None
+    def capture(self) -> _Capture | None:
+        if not self.family_wanted(CPU_INTERRUPTS):
+            return None
+        if self._unparsed is not None:  # its view is about to be overwritten: keep a copy
+            self._unparsed.data = bytes(self._unparsed.data)
+        self._unparsed = _Capture(self._file.read_view())
+        return self._unparsed
 
-    def parse(self, raw: bytes | None) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
+    def parse(self, raw: _Capture | None) -> Mapping[Family, Mapping[tuple, Sequence[int]]]:
         if raw is None:
             return {}
-        return {CPU_INTERRUPTS: {(cpu,): row for cpu, row in self._reader.read(raw).items()}}
+        if raw is self._unparsed:
+            self._unparsed = None
+        return {CPU_INTERRUPTS: {(cpu,): row for cpu, row in
+                                 self._reader.read(raw.data).items()}}
 
     def close(self) -> None:
         self._file.close()

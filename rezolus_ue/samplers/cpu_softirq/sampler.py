@@ -8,7 +8,7 @@ import numpy as np
 
 from ...errors import SamplerUnavailable
 from ...linux.procfs import KeptOpen
-from ...metrics.family import Family
+from ...metrics.family import Family, Table
 from ..base import FamilySampler
 from . import CPU_SOFTIRQ, FAMILIES, SOFTIRQ_KINDS
 
@@ -80,8 +80,9 @@ class SoftirqReader:
         #: keys, catalog kinds listed, their lines) or None.
         self._fixed: tuple | None = None
 
-    def read(self, data: bytes) -> dict[tuple, tuple[int, ...]]:
-        """Return {(cpu,): (hi, timer, ..., rcu)} of /proc/softirqs bytes."""
+    def read(self, data: bytes) -> Mapping[tuple, Sequence[int]]:
+        """Return {(cpu,): (hi, timer, ..., rcu)} of /proc/softirqs bytes (a ``Table``
+        from the fixed-width read)."""
         if self._fixed is not None:
             rows = self._fixed_read(data)
             if rows is not None:
@@ -153,7 +154,7 @@ class SoftirqReader:
         return (data[:start], len(names), width, body[:, :at].copy(), n, keys, listed,
                 [lines[j] for j in listed])
 
-    def _fixed_read(self, data: bytes) -> dict[tuple, tuple[int, ...]] | None:
+    def _fixed_read(self, data: bytes) -> Table | None:
         assert self._fixed is not None
         header, count, width, names, n, keys, listed, lines = self._fixed
         start = len(header)
@@ -176,7 +177,7 @@ class SoftirqReader:
         digits &= 0x0F  # spaces (240) to 0, digits kept (as cpu_interrupts does)
         table = np.zeros((_KINDS, n), dtype=np.int64)
         table[listed] = (digits[:, :, 1:] @ _PLACES)[lines]
-        return dict(zip(keys, map(tuple, table.T.tolist()), strict=True))
+        return Table(keys, table.T)
 
 
 #: Width of a count as the kernel prints it (" %10u"): the separator and ten digits.

@@ -10,7 +10,7 @@ from operator import sub
 import numpy as np
 
 from ...linux.procfs import KeptOpen, parse_cpu_list
-from ...metrics.family import Family
+from ...metrics.family import Family, Table
 from ..base import FamilySampler
 from . import CPU_CORES, CPU_USAGE, FAMILIES
 
@@ -82,7 +82,7 @@ class CpuTimes:
     or fewer than FAST_CPUS CPUs: the line-by-line way.
     """
 
-    __slots__ = ("_cpus", "_last", "_prev", "_tick_ns")
+    __slots__ = ("_cpus", "_keys", "_last", "_prev", "_tick_ns")
 
     def __init__(self, tick_ns: int) -> None:
         self._tick_ns = tick_ns
@@ -90,18 +90,22 @@ class CpuTimes:
         self._prev: dict[int, tuple[int, ...]] = {}
         #: The CPU numbers of the layout planned (the fast path's), or None.
         self._cpus: list[int] | None = None
-        #: The times of the previous text as an array, if it was read the fast way.
+        #: The (cpu,) labels of those CPUs, the fast path's rows' (one list while it holds).
+        self._keys: list[tuple[int]] = []
+        #: The times of the previous text as an array, if it was read the fast way (then
+        #: ``_prev`` lacks them: ``_previous``).
         self._last: np.ndarray | None = None
 
-    def rows(self, data: bytes) -> dict[tuple, tuple[int, ...]]:
-        """Return {(cpu,): (user_ns, ..., steal_ns, busy_ppm)} of a /proc/stat text."""
+    def rows(self, data: bytes) -> Mapping[tuple, Sequence[int]]:
+        """Return {(cpu,): (user_ns, ..., steal_ns, busy_ppm)} of a /proc/stat text (a
+        ``Table`` from the fast path)."""
         if self._cpus is not None:
             rows = self._fast(data)
             if rows is not None:
                 return rows
+        prev = self._previous()
         self._last = self._cpus = None
         rows = {}
-        prev = self._prev
         parsed = parse_proc_stat_cpus(data, self._tick_ns)
         for row in parsed:
             cpu, times = row[0], row[1:]
@@ -112,7 +116,16 @@ class CpuTimes:
             if numbers is not None and numbers[0].tolist() == [r[0] for r in parsed] and \
                     (numbers[1] * self._tick_ns).tolist() == [list(r[1:]) for r in parsed]:
                 self._cpus = [r[0] for r in parsed]
+                self._keys = [(c,) for c in self._cpus]
         return rows
+
+    def _previous(self) -> dict[int, tuple[int, ...]]:
+        """Return {cpu: its times at the previous text}: the fast path keeps them as an
+        array only (``_last``), turned into tuples here when a slower path needs them."""
+        if self._last is not None and self._cpus is not None:
+            self._prev.update(zip(self._cpus, map(tuple, self._last.tolist()), strict=True))
+            self._last = None
+        return self._prev
 
     def _numbers(self, data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
         """Return the CPU numbers and the eight published columns of each cpu line (in
@@ -137,22 +150,21 @@ class CpuTimes:
             return None
         return table[:, 1], table[:, 2 : 2 + _COLUMNS]
 
-    def _fast(self, data: bytes) -> dict[tuple, tuple[int, ...]] | None:
+    def _fast(self, data: bytes) -> Table | None:
         cpus = self._cpus
         numbers = self._numbers(data)
         if numbers is None or len(numbers[0]) != len(cpus) or numbers[0].tolist() != cpus:
             return None
         now = numbers[1] * self._tick_ns
-        times = list(map(tuple, now.tolist()))
         ppm = self._busy(now)
         if ppm is None:
-            prev = self._prev
-            ppm = [busy_ppm(t, prev.get(c)) for c, t in zip(cpus, times, strict=True)]
-        self._prev.update(zip(cpus, times, strict=True))
+            prev = self._previous()
+            ppm = np.array([busy_ppm(t, prev.get(c)) for c, t in
+                            zip(cpus, map(tuple, now.tolist()), strict=True)], dtype=np.int64)
         self._last = now
-        return {(c,): (*t, p) for c, t, p in zip(cpus, times, ppm, strict=True)}
+        return Table(self._keys, np.concatenate((now, ppm[:, None]), axis=1))
 
-    def _busy(self, now: np.ndarray) -> list[int] | None:
+    def _busy(self, now: np.ndarray) -> np.ndarray | None:
         """Return every CPU's ``busy_ppm`` against the previous text, or None when that
         was not read the fast way or a step is too long for exact arithmetic."""
         if self._last is None:
@@ -164,7 +176,7 @@ class CpuTimes:
         busy = total - d[:, _IDLE] - d[:, _IOWAIT]
         ok = (d.min(axis=1) >= 0) & (total > 0)
         ppm = np.rint((busy * 1_000_000).astype(np.float64) / np.where(ok, total, 1))
-        return np.where(ok, ppm, 0).astype(np.int64).tolist()
+        return np.where(ok, ppm, 0).astype(np.int64)
 
 
 class CpuUsage(FamilySampler):
