@@ -211,9 +211,12 @@ def extract(outputs: dict[str, str]) -> list[tuple[Figure, str]]:
 
 def render(outputs: dict[str, str], seconds: dict[str, float], argv: list[str],
            load_before: tuple[float, float, float],
-           kept: dict[str, tuple[str, str]] | None = None) -> str:
+           kept: dict[str, tuple[str, str]] | None = None,
+           loads: dict[str, float] | None = None) -> str:
     """Return docs/PERFORMANCE.md: ``outputs`` just measured, and ``kept`` (name: heading,
-    output) from the previous file for benchmarks this run did not repeat."""
+    output) from the previous file for benchmarks this run did not repeat. Each section's
+    heading says when it ran and the load average it started at (``loads``), so a file
+    assembled from several ``--only`` runs says where each figure comes from."""
     kept = {k: v for k, v in (kept or {}).items() if k not in outputs}
     lines = ["# Performance", "",
              "<!-- Written by `bench/all.py`; rerun it rather than editing. -->", "",
@@ -228,7 +231,10 @@ def render(outputs: dict[str, str], seconds: dict[str, float], argv: list[str],
     lines += ["", "One run on a shared, noisy machine: compare figures taken in the same run,"
               " and rerun before drawing conclusions.", ""]
     today = f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d}"
-    sections = {name: (f"{name} ({seconds[name]:.0f} s, {today})", out)
+    loads = loads or {}
+    sections = {name: (f"{name} ({seconds[name]:.0f} s, {today}"
+                       + (f", load {loads[name]:.2f} at start" if name in loads else "")
+                       + ")", out)
                 for name, out in outputs.items()}
     for name in commands(False, "vm", "rezolus"):  # one order, whichever run wrote a section
         heading, out = sections.get(name) or kept.get(name) or ("", "")
@@ -274,11 +280,13 @@ def main() -> int:
     args = ap.parse_args()
     outputs: dict[str, str] = {}
     seconds: dict[str, float] = {}
+    loads: dict[str, float] = {}
     load_before = os.getloadavg()
     for name, cmd in commands(args.quick, args.vm, args.rezolus).items():
         if args.only and name not in args.only:
             continue
         waited = settle()
+        loads[name] = os.getloadavg()[0]
         print(f"== {name}: {' '.join(cmd[1:])} (after {waited:.0f} s for the load average"
               f" to settle: {os.getloadavg()[0]:.2f})", flush=True)
         t0 = time.monotonic()
@@ -288,7 +296,7 @@ def main() -> int:
         print(p.stdout, flush=True)
     # With --only, the other benchmarks' sections stay as the last full run wrote them.
     kept = sections(args.out.read_text()) if args.only and args.out.exists() else {}
-    text = render(outputs, seconds, sys.argv[1:], load_before, kept)
+    text = render(outputs, seconds, sys.argv[1:], load_before, kept, loads)
     args.out.write_text(text)
     for f, value in extract(outputs):
         print(f"{f.name:70s} {value:>22s}   target {f.target}")
