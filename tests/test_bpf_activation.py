@@ -167,6 +167,24 @@ def test_part_time_windows_alternate_and_end_detached() -> None:
     assert pt.take() == 0
 
 
+def test_part_time_restarted_counts_only_its_new_windows() -> None:
+    """Time attached before a stop and never taken is not handed out after the next start
+    (a new activation's first interval, like the histograms' baseline, starts then)."""
+    from rezolus_ue.samplers.bpf_sampler import PartTime
+
+    hooks = Hooks()
+    pt = PartTime(hooks, "sys_enter", window_ns=20_000_000, period_ns=20_000_001)  # type: ignore[arg-type]
+    pt.start()
+    hooks.wait(4)  # two windows closed: about 40 ms attached, not taken
+    pt.stop()
+    t0 = time.monotonic_ns()
+    pt.start()
+    taken = pt.take()
+    since = time.monotonic_ns() - t0
+    pt.stop()
+    assert taken <= since, (taken, since)
+
+
 def test_part_time_reports_a_refused_attach() -> None:
     from rezolus_ue.samplers.bpf_sampler import PartTime
 

@@ -289,8 +289,8 @@ def big_schedstat(cpus: int, step: int) -> bytes:
 
 def test_parse_schedstat_finds_the_cpu_lines_as_the_split_does(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """From _NUMPY_BYTES the cpu lines are found with NumPy: the same lines, and rows, as
-    splitting every line, whatever the text's ends and oddities."""
+    """From _NUMPY_BYTES the cpu lines are found by a regular expression: the same lines,
+    and rows, as splitting every line, whatever the text's ends and oddities."""
     from rezolus_ue.samplers.scheduler import sampler
 
     base = big_schedstat(128, 1)

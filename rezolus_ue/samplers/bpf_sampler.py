@@ -160,6 +160,8 @@ class PartTime:
             return
         self._stop.clear()
         self.error = None
+        with self._lock:  # a new activation: its first interval starts now, as base's do
+            self._attached_ns = 0
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"{self.bpf.name}-windows")
         self._thread.start()
