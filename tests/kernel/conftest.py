@@ -57,6 +57,14 @@ def instance(tracefs: Tracefs) -> Iterator[str]:
         yield name
 
 
+#: Every deadline is multiplied by this: the VM's emulated CPU runs code several times
+#: slower than the host, and more so on a shared CI machine (a 12 s wait took over 60 s
+#: there once). A deadline only ends a hung test, so a generous one costs nothing when
+#: the test passes. ``REZOLUS_UE_TIMEOUT_SCALE`` overrides it (e.g. beside a CPU hog).
+TIMEOUT_SCALE = float(os.environ.get("REZOLUS_UE_TIMEOUT_SCALE")
+                      or (3 if os.environ.get("REZOLUS_UE_IN_VM") == "1" else 1))
+
+
 def wait_for(cond: Callable[[], object], timeout: float = 10.0, step: float = 0.02, *,
              what: str = "", seen: Callable[[], object] | None = None) -> object:
     """Return cond()'s first truthy value, polling; on timeout raise AssertionError saying
@@ -66,6 +74,7 @@ def wait_for(cond: Callable[[], object], timeout: float = 10.0, step: float = 0.
     Deadlines are far above what a normal run needs: they end a hung test, they do not
     measure speed (the VM's CPU is emulated, and CI machines are shared).
     """
+    timeout *= TIMEOUT_SCALE
     deadline = time.monotonic() + timeout
     while True:
         v = cond()

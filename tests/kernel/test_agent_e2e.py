@@ -66,6 +66,15 @@ class AgentProcess:
         self.log.seek(0)
         return self.log.read()
 
+    def wait_output(self, text: str, timeout: float = 240) -> None:
+        """Wait for ``text`` in the agent's output, failing with the output seen.
+
+        As generous as `wait_registered`: the events appear as each sampler starts, and the
+        rest of start-up (the other samplers, the privilege drop) has taken over a minute
+        under TCG on a loaded CI host."""
+        wait_for(lambda: text in self.output(), timeout=timeout, step=0.2,
+                 what=f"{text!r} in the agent's output", seen=self.output)
+
     def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -154,7 +163,7 @@ def test_writes_nothing_until_a_consumer_enables_run_as_the_unit_runs_it(tracefs
         a.wait_registered(tracefs)
 
         # After the whole switch (setuid, then capset: in between CapEff is empty).
-        wait_for(lambda: "running as nobody" in a.output(), timeout=60)
+        a.wait_output("running as nobody")
         st = proc_status(a.proc.pid)
         assert st["Uid"].split() == [str(nobody.pw_uid)] * 4, st
         want = sum(1 << capabilities.CAPS[c] for c in privilege.RUNTIME_CAPS)
@@ -273,7 +282,7 @@ def test_sighup_reloads_and_a_bad_config_keeps_the_old_one(tracefs, tmp_path):
         assert CPU_USAGE.name in tracefs.user_events_status().events, "unchanged sampler lost"
         conf.write_text("[samplers.memory]\nenabled = maybe\n")  # line 2: the error
         a.proc.send_signal(signal.SIGHUP)
-        wait_for(lambda: "reload rejected" in a.output(), timeout=30)
+        a.wait_output("reload rejected")
         assert f"{conf}:2" in a.output()
         assert a.proc.poll() is None, "a bad config stopped the agent"
         assert CPU_USAGE.name in tracefs.user_events_status().events

@@ -75,7 +75,7 @@ def test_bpf_samplers_load_after_the_drop_while_the_others_keep_their_cadence(
     enabled: list[str] = []
     try:
         a.wait_registered(tracefs)
-        wait_for(lambda: "kept CAP_BPF, CAP_PERFMON" in a.output(), timeout=60)
+        a.wait_output("kept CAP_BPF, CAP_PERFMON")
         status = wait_for(read_status, timeout=60)
         idle = [n for n in names if status["samplers"][n]["status"] == "idle"]
         assert idle == names, f"BPF samplers not ready at start: {status}"
