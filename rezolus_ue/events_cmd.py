@@ -14,6 +14,7 @@ from rich.table import Table
 from tracefs_tools import Tracefs, TracefsError, UserEventsStatus, find_tracefs
 
 from .agent import RUNTIME_DIR, read_status
+from .cli_base import PROG
 from .errors import RezolusError
 from .samplers import REGISTRY
 from .samplers.bpf_sampler import BpfSampler
@@ -239,7 +240,12 @@ def delete_events(names: list[str]) -> int:
 
     con = Console(highlight=False, stderr=True)
     root = find_tracefs(mount=os.geteuid() == 0)
-    status = Tracefs(root).user_events_status()
+    tfs = Tracefs(root)
+    if not tfs.has_user_events:
+        raise RezolusError(f"this kernel has no user_events, so --delete has nothing to"
+                           f" delete; the uprobe transport's events are removed by"
+                           f" `{PROG} cleanup` (an agent that stops removes its own)")
+    status = tfs.user_events_status()
     ours = sorted(n for n in status.events if n.startswith("rezolus_"))
     if names:
         unknown = [n for n in names if n not in status.events]

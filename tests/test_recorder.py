@@ -18,11 +18,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from waiting import wait_for
 
 from rezolus_ue.cli_base import Parser as _Parser
 from rezolus_ue.consume import dump, recblocks, recfile, recorder, recparquet, rectables, segments
@@ -494,14 +495,6 @@ def start(*args: str) -> subprocess.Popen[bytes]:
     return p
 
 
-def wait_for(pred: Callable[[], object], timeout: float = 20.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or pred}")
-        time.sleep(0.02)
-
-
 def count(path: Path) -> int:
     try:
         return sum(1 for _ in read_records(path))
@@ -553,7 +546,7 @@ def test_sigterm_closes_cleanly_and_existing_file_is_refused(tmp_path: Path, pro
     assert p.stdin is not None
     p.stdin.write(lines(workload(1)))
     p.stdin.flush()
-    wait_for(lambda: count(out) == len(workload(1)), what="records flushed")
+    wait_for(lambda: count(out) == len(workload(1)), timeout=20)
     rc, err = finish(p)
     assert rc == 0 and "recorded" in err
     again = subprocess.run(cli("record", str(out), "--source-file", "/dev/null"), cwd=ROOT,
@@ -577,11 +570,11 @@ def test_sigusr1_dumps_the_window(tmp_path: Path, procs) -> None:  # type: ignor
     assert p.stdin is not None
     p.stdin.write(lines(recs))
     p.stdin.flush()
-    wait_for(lambda: count(root) == len(recs), what="records in the ring")
+    wait_for(lambda: count(root) == len(recs), timeout=20)
     p.send_signal(signal.SIGUSR1)
     dumps = root / segments.DUMPS_DIR
     wait_for(lambda: dumps.is_dir() and any(f.suffix == ".rzr" for f in dumps.iterdir()),
-             what="the dump")
+             timeout=20)
     (dump,) = [f for f in dumps.iterdir() if f.suffix == ".rzr"]
     assert by_event(list(read_records(dump))) == by_event(recs)
     assert p.poll() is None  # SIGUSR1 did not stop it
@@ -646,7 +639,7 @@ def test_kill_9_mid_write_leaves_a_readable_ring(tmp_path: Path, procs) -> None:
         before = count(root)
         t = threading.Thread(target=feed)
         t.start()
-        wait_for(lambda before=before: count(root) > before, what="records written")
+        wait_for(lambda before=before: count(root) > before, timeout=20)
         time.sleep(rng.random() * 0.3)
         p.kill()  # SIGKILL: no cleanup at all
         p.wait()

@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from waiting import wait_for  # noqa: F401 - the kernel tests' wait, re-exported
 
 from rezolus_ue.linux.user_events import UserEventsData
 from tracefs_tools import Tracefs, find_tracefs
@@ -55,43 +55,6 @@ def instance(tracefs: Tracefs) -> Iterator[str]:
     """Return a private ftrace instance (user_events kernels)."""
     with private_instance(tracefs) as name:
         yield name
-
-
-#: Every deadline is multiplied by this: the VM's emulated CPU runs code several times
-#: slower than the host, and more so on a shared CI machine (a 12 s wait took over 60 s
-#: there once). A deadline only ends a hung test, so a generous one costs nothing when
-#: the test passes. ``REZOLUS_UE_TIMEOUT_SCALE`` overrides it (e.g. beside a CPU hog).
-TIMEOUT_SCALE = float(os.environ.get("REZOLUS_UE_TIMEOUT_SCALE")
-                      or (3 if os.environ.get("REZOLUS_UE_IN_VM") == "1" else 1))
-
-
-def wait_for(cond: Callable[[], object], timeout: float = 10.0, step: float = 0.02, *,
-             what: str = "", seen: Callable[[], object] | None = None) -> object:
-    """Return cond()'s first truthy value, polling; on timeout raise AssertionError saying
-    what was awaited (``what``, else cond's name) and what was seen last (``seen()``, else
-    cond's last value).
-
-    Deadlines are far above what a normal run needs: they end a hung test, they do not
-    measure speed (the VM's CPU is emulated, and CI machines are shared).
-    """
-    timeout *= TIMEOUT_SCALE
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            try:
-                last = seen() if seen is not None else v
-            except Exception as e:  # the report must not hide the timeout
-                last = f"<seen() raised {e!r}>"
-            text = repr(last)
-            if len(text) > 2000:
-                text = text[:1000] + " ... " + text[-1000:]
-            raise AssertionError(f"timed out after {timeout}s waiting for"
-                                 f" {what or getattr(cond, '__name__', cond)}; last seen:"
-                                 f" {text}")
-        time.sleep(step)
 
 
 def threads_of(pid: int) -> list[str]:

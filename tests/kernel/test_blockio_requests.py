@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from test_bpf_blockio_requests import (
     loop_device,
     records_by_op,
 )
+from waiting import wait_for
 
 from rezolus_ue.bpf import build
 from rezolus_ue.samplers.blockio_requests import BLOCKIO_REQUESTS
@@ -55,11 +55,8 @@ def null_blk() -> Iterator[str | None]:
             (d / attr).write_text(value)
         # The disk is named after the configfs directory (Linux 5.19+), else nullb<index>.
         names = (f"/dev/{d.name}", f"/dev/nullb{(d / 'index').read_text().strip()}")
-        deadline = time.monotonic() + 30
-        while not (dev := next((n for n in names if os.path.exists(n)), "")):
-            assert time.monotonic() < deadline, f"none of {names} appeared"
-            time.sleep(0.05)
-        yield dev
+        yield wait_for(lambda: next((n for n in names if os.path.exists(n)), ""), timeout=30,
+                       step=0.05, what=f"one of {names} to appear")
         (d / "power").write_text("0")
     finally:
         d.rmdir()

@@ -189,6 +189,19 @@ def test_kill9_leaves_definitions_the_next_start_and_cleanup_remove(tfs, tmp_pat
         shutil.rmtree(other_file.parent)
 
 
+def test_events_delete_names_cleanup_where_there_are_no_user_events(tfs):
+    """`events --delete` deletes user_events; without them (this transport's kernels) it
+    says in one line that `cleanup` removes the uprobe events, and is not a traceback."""
+    r = _run(str(CLI), "events", "--delete")
+    assert "Traceback" not in r.stderr, r.stderr
+    if tfs.has_user_events:  # the VM: deletes what it may (1: one is in use), says what
+        assert r.returncode in (0, 1) and "deleted " in r.stderr, r.stderr
+    else:
+        assert r.returncode == 1, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "no user_events" in r.stderr and "rezolus-ue cleanup" in r.stderr, r.stderr
+
+
 def test_a_restart_under_perf_reuses_the_events_perf_holds(tfs, tmp_path):
     """kill -9 while perf records: the next agent takes over the events perf holds (same
     slot, same definition) and perf keeps receiving records, as with user_events."""

@@ -1,0 +1,72 @@
+"""The tests' wait: its timeout report says what was awaited and what was seen."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from waiting import TIMEOUT_SCALE, describe, explain, wait_for
+
+
+class Agent:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def output(self) -> str:
+        return self.text
+
+
+def report(cond, **kw) -> str:
+    with pytest.raises(AssertionError) as e:
+        wait_for(cond, timeout=0.01 / TIMEOUT_SCALE, step=0.001, **kw)
+    return str(e.value)
+
+
+def test_a_lambda_names_its_condition_and_shows_its_operands() -> None:
+    a = Agent("dropped 38 capabilities after start-up; kept CAP_BPF")
+    msg = report(lambda: "running as nobody" in a.output())
+    assert "waiting for 'running as nobody' in a.output();" in msg, msg
+    assert "a.output() = 'dropped 38 capabilities after start-up; kept CAP_BPF'" in msg, msg
+    assert re.match(r"timed out after [\d.e-]+s ", msg), msg
+
+
+def test_and_or_not_and_default_arguments_are_explained() -> None:
+    seen = {"status": "idle"}
+    n = 3
+    msg = report(lambda n=n: seen["status"] == "active" and not n)
+    assert "seen['status'] = 'idle'" in msg and "n = 3" in msg, msg
+
+
+def test_the_right_lambda_of_several_on_one_line() -> None:
+    first, second = (lambda: 1 > 2), (lambda: [] == [0])
+    assert describe(first) == "1 > 2"
+    assert describe(second) == "[] == [0]"
+
+
+def test_functions_are_named_and_seen_overrides() -> None:
+    def nothing_yet() -> None:
+        return None
+
+    msg = report(nothing_yet)
+    assert "waiting for test_functions_are_named_and_seen_overrides.<locals>.nothing_yet;" \
+        in msg, msg
+    assert explain(nothing_yet) == []
+    msg = report(nothing_yet, what="the agent", seen=lambda: 1 / 0)
+    assert "waiting for the agent; last seen: <seen() raised ZeroDivisionError" in msg, msg
+
+
+def test_an_operand_that_raises_is_reported_not_raised() -> None:
+    box: dict[str, int] = {}
+    got = dict(explain(lambda: box.get("k", 0) > 0 or box["missing"]))
+    assert got == {"box.get('k', 0)": "0", "box['missing']": "<raised KeyError('missing')>"}
+
+
+def test_long_values_keep_head_and_tail() -> None:
+    a = Agent("head" + "x" * 10_000 + "tail")
+    msg = report(lambda: "never" in a.output())
+    assert "'headx" in msg and "xtail'" in msg and " ... " in msg and len(msg) < 3000
+
+
+def test_returns_the_first_truthy_value() -> None:
+    calls = iter([0, [], [1]])
+    assert wait_for(lambda: next(calls), timeout=5, step=0) == [1]
