@@ -25,6 +25,12 @@ from types import FunctionType
 TIMEOUT_SCALE = float(os.environ.get("REZOLUS_UE_TIMEOUT_SCALE")
                       or (3 if os.environ.get("REZOLUS_UE_IN_VM") == "1" else 1))
 
+def scaled(seconds: float) -> float:
+    """Return a deadline that is not a wait_for's (a process's exit, a socket, a join)
+    scaled as wait_for scales its own."""
+    return seconds * TIMEOUT_SCALE
+
+
 #: How much of one value a report shows (its head and tail).
 SHOW_CHARS = 2000
 

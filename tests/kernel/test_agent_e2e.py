@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from helpers import unit, words
+from waiting import scaled
 
 from rezolus_ue.agent import read_status
 from rezolus_ue.schema import AGENT, CPU_USAGE
@@ -79,7 +80,7 @@ class AgentProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout=30)
+            return self.proc.wait(timeout=scaled(30))
         except subprocess.TimeoutExpired:
             self.proc.kill()
             raise
@@ -219,11 +220,11 @@ def test_perf_record_and_script_show_cpu_usage(tracefs, agent, tmp_path):
     rec = subprocess.run(
         [perf, "record", "-q", "-e", "user_events:rezolus_*", "-a", "-o", str(data),
          "--", "sleep", "3"],
-        capture_output=True, text=True, timeout=180,
+        capture_output=True, text=True, timeout=scaled(180),
     )
     assert rec.returncode == 0, rec.stderr
     script = subprocess.run([perf, "script", "-i", str(data)], capture_output=True, text=True,
-                            timeout=120)
+                            timeout=scaled(120))
     assert script.returncode == 0, script.stderr
     usage = _lines(script.stdout, f"user_events:{CPU_USAGE.name}")
     assert usage, script.stdout[-2000:]

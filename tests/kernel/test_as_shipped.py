@@ -43,6 +43,7 @@ import pytest
 from helpers import unit, words
 from test_bpf_blockio_requests import direct_io, loop_device
 from uprobe.conftest import shipped_config
+from waiting import scaled
 
 from rezolus_ue import privilege
 from rezolus_ue.agent import read_status
@@ -116,14 +117,14 @@ class Consumers:
     def tm(self, *args: str) -> subprocess.CompletedProcess:
         assert self.tmux is not None
         return subprocess.run([self.tmux, *args], capture_output=True, text=True,
-                              timeout=60, env={**os.environ, "TERM": "xterm-256color"})
+                              timeout=scaled(60), env={**os.environ, "TERM": "xterm-256color"})
 
     def screen(self) -> str:
         return self.tm("capture-pane", "-p", "-t", self.session).stdout
 
     def scrape(self) -> str:
         url = f"http://127.0.0.1:{self.port}/metrics"
-        with urllib.request.urlopen(url, timeout=60) as r:
+        with urllib.request.urlopen(url, timeout=scaled(60)) as r:
             return r.read().decode()
 
     def tail_records(self) -> list[dict]:
@@ -151,7 +152,7 @@ class Consumers:
                 os.killpg(p.pid, signal.SIGINT)  # what Ctrl-C in its terminal sends
         for name, p in self.procs.items():
             try:
-                codes[name] = p.wait(timeout=120)
+                codes[name] = p.wait(timeout=scaled(120))
             except subprocess.TimeoutExpired:
                 p.kill()
                 codes[name] = p.wait()
@@ -184,7 +185,7 @@ def block_io() -> Iterator[None]:
             yield
         finally:
             stop.set()
-            t.join(timeout=60)
+            t.join(timeout=scaled(60))
 
 
 def _blank_cells(screen: str) -> list[str]:
@@ -329,7 +330,7 @@ def test_every_event_reaches_every_consumer_under_the_shipped_privileges(shipped
 
     # perf: every event of every available sampler, decoded with named fields.
     script = subprocess.run(["perf", "script", "-i", str(c.perf_data)], capture_output=True,
-                            text=True, timeout=600)
+                            text=True, timeout=scaled(600))
     assert script.returncode == 0, script.stderr[-2000:]
     by_event = _perf_lines(script.stdout)
     missing = sorted(expected - set(by_event))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TextIO
 
 import pytest
+from waiting import scaled
 
 from rezolus_ue import agent as agent_mod
 from rezolus_ue import events_cmd
@@ -53,7 +54,7 @@ def our_programs() -> set[str]:
 def loaded(ours: set[str]) -> set[str]:
     """Return which of ``ours`` are loaded in the kernel now."""
     out = subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True,
-                         check=True, timeout=60).stdout
+                         check=True, timeout=scaled(60)).stdout
     return {p.get("name", "") for p in json.loads(out or "[]")} & ours
 
 
@@ -127,7 +128,7 @@ def test_programs_follow_the_consumer(tracefs, tmp_path: Path, capsys, monkeypat
         time.sleep(5 * INTERVAL_S)  # a few records
 
         perf.send_signal(signal.SIGINT)
-        _, err = perf.communicate(timeout=120)
+        _, err = perf.communicate(timeout=scaled(120))
         assert perf.returncode in (0, -signal.SIGINT), err  # perf re-raises the SIGINT
         wait_for(lambda: not tracefs.user_events_status().events[EVENT].consumers,
                  timeout=30, step=0.05)
@@ -139,7 +140,7 @@ def test_programs_follow_the_consumer(tracefs, tmp_path: Path, capsys, monkeypat
               f" gone {gone_s:.2f} s after it left (interval {INTERVAL_S} s)")
 
         script = subprocess.run(["perf", "script", "-i", str(data)], capture_output=True,
-                                text=True, timeout=120)
+                                text=True, timeout=scaled(120))
         assert script.returncode == 0, script.stderr
         records = [ln for ln in script.stdout.splitlines() if f"{EVENT}:" in ln]
         assert records, script.stdout[-2000:]
@@ -156,7 +157,7 @@ def test_programs_follow_the_consumer(tracefs, tmp_path: Path, capsys, monkeypat
         if agent.poll() is None:
             agent.send_signal(signal.SIGTERM)
             try:
-                agent.wait(timeout=60)
+                agent.wait(timeout=scaled(60))
             except subprocess.TimeoutExpired:
                 agent.kill()
                 agent.wait()

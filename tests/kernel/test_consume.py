@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import scaled
 
 import rezolus_ue
 from rezolus_ue import schema as S
@@ -131,7 +132,7 @@ def test_lost_records_are_counted(tracefs, ue):
 
 def test_no_wait_without_agent_is_one_line(tracefs):
     p = subprocess.run([sys.executable, "-m", "rezolus_ue", "tail", "--no-wait"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=scaled(120))
     assert p.returncode == 1
     assert p.stderr.count("\n") == 1 and "rezolus-ue run" in p.stderr, p.stderr
 
@@ -147,7 +148,7 @@ def test_tail_waits_for_the_agent_then_prints_json(tracefs):
         wait_for(lambda: tail.poll() is not None or _waiting(tail), timeout=60, step=0.2)
         assert tail.poll() is None
         agent = AgentProcess("--interval", "200ms")
-        out, err = tail.communicate(timeout=120)
+        out, err = tail.communicate(timeout=scaled(120))
     finally:
         if tail.poll() is None:
             tail.kill()

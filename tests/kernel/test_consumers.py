@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from waiting import scaled
 
 from rezolus_ue.agent import read_status
 from rezolus_ue.linux.user_events import UserEventsData
@@ -331,7 +332,7 @@ def _free_port() -> int:
 
 def scrape(port: int) -> tuple[Counter, int | None]:
     """Return the exporter's records by event and its rezolus_agent_pid."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as r:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=scaled(60)) as r:
         text = r.read().decode()
     counts = Counter({m[0]: int(float(m[1])) for m in re.findall(
         r'^rezolus_exporter_event_records_total\{event="([^"]+)"\} (\S+)$', text, re.M)})
@@ -433,7 +434,7 @@ def test_top_exits_quietly_on_a_signal(tracefs, loaded_agent, sig):
         shell = tm.run("display-message", "-p", "-t", tm.session,
                        "#{pane_pid}").stdout.strip()
         (top,) = subprocess.run(["pgrep", "-P", shell], capture_output=True, text=True,
-                                timeout=60).stdout.split()
+                                timeout=scaled(60)).stdout.split()
         os.kill(int(top), sig)
         wait_for(lambda: "EXIT=" in tm.screen(), timeout=SLOW, step=0.5)
         text = tm.screen()

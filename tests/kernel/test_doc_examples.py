@@ -25,6 +25,7 @@ from pathlib import Path
 
 import doc_examples as d
 import pytest
+from waiting import scaled
 
 from rezolus_ue.agent import read_status
 from rezolus_ue.consume.recfile import read_records
@@ -133,7 +134,7 @@ def stop(p: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> int:
     if p.poll() is None:
         os.killpg(p.pid, sig)
     try:
-        return p.wait(timeout=60)
+        return p.wait(timeout=scaled(60))
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         raise
@@ -288,7 +289,7 @@ def test_bpftrace_sees_no_record(sh: Shell, agent) -> None:  # type: ignore[no-u
     check_claims(key, out)
     assert "@records: 0" in out, out
     script = subprocess.run(["perf", "script", "-i", "bpf.data"], cwd=sh.cwd, text=True,
-                            capture_output=True, timeout=300)
+                            capture_output=True, timeout=scaled(300))
     n = script.stdout.count("user_events:rezolus_cpu_usage:")
     assert n >= 10, f"perf got {n} records while bpftrace ran:\n{script.stdout[-2000:]}"
 
@@ -307,7 +308,7 @@ def test_top_in_tmux(sh: Shell, agent) -> None:  # type: ignore[no-untyped-def]
 
     def tm(*args: str) -> str:
         return subprocess.run([tmux, *args], capture_output=True, text=True, env=sh.env,
-                              timeout=30).stdout
+                              timeout=scaled(30)).stdout
 
     sh.command("sudo rezolus-ue top", "the same, in tmux, then q")
     tm("new-session", "-d", "-s", sess, "-x", "120", "-y", "40", "-c", str(sh.cwd),
@@ -345,12 +346,12 @@ def test_recording(sh: Shell, agent) -> None:  # type: ignore[no-untyped-def]
         key = f"python: {first}"
         sh.command(key, None)
         p = subprocess.run([sys.executable, "-c", _python_block(first)], cwd=rec,
-                           capture_output=True, text=True, timeout=300)
+                           capture_output=True, text=True, timeout=scaled(300))
         assert p.returncode == 0 and p.stdout.strip(), f"{key}:\n{p.stdout}{p.stderr}"
     # read_records prints wall time, the cpu field, user_ns: one line per CPU and record.
     p = subprocess.run([sys.executable, "-c", _python_block(
         "from rezolus_ue.consume.recfile import read_meta, read_records")], cwd=rec,
-        capture_output=True, text=True, timeout=300)
+        capture_output=True, text=True, timeout=scaled(300))
     cpus = {int(ln.split()[1]) for ln in p.stdout.splitlines()}
     assert cpus == set(range(os.cpu_count() or 1)), p.stdout
 
@@ -462,14 +463,14 @@ def test_tracing_group(sh: Shell, agent) -> None:  # type: ignore[no-untyped-def
                                  4: probe}, namespace=True)
         assert out.rstrip().endswith("ok"), out
     finally:
-        subprocess.run(["bash", "-c", restore], check=True, timeout=60)
+        subprocess.run(["bash", "-c", restore], check=True, timeout=scaled(60))
     try:
         out = sh.script(["mount -o remount,gid=tracing /sys/kernel/tracing"],
                         {0: "getent group tracing || groupadd --system tracing",
                          1: probe + " || true"}, namespace=True)
     finally:
         subprocess.run(["bash", "-c", f"mount -o remount,gid=0 {TRACING}; {restore}"],
-                       check=True, timeout=60)
+                       check=True, timeout=scaled(60))
     # What the remount alone gives (see the man page's wording): recorded here.
     assert ("ok" in out.splitlines()[-1]) == (data.stat().st_mode & 0o060 == 0o060), out
 

@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from waiting import scaled
 
 from rezolus_ue.agent import read_status
 from rezolus_ue.consume.subscription import Subscription
@@ -54,7 +55,7 @@ def sampler_status(name: str) -> dict:
 
 
 def scrape(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=30) as r:
+    with urllib.request.urlopen(url, timeout=scaled(30)) as r:
         return r.read().decode()
 
 
@@ -106,7 +107,7 @@ def test_a_failing_sampler_is_named_with_its_error_and_count_everywhere(tracefs,
 
         # `rezolus-ue events`: the sampler's row says failed, its count, its error.
         out = subprocess.run([sys.executable, "-m", "rezolus_ue", "events"], cwd=ROOT,
-                             capture_output=True, text=True, timeout=120)
+                             capture_output=True, text=True, timeout=scaled(120))
         assert out.returncode == 0, out.stderr
         row = re.compile(rf"│ {FAILING}\s+│ failed\s+│\s+(\d+) │.*{re.escape(error[:30])}")
         m = next((m for ln in out.stdout.splitlines() if (m := row.search(ln))), None)
@@ -154,7 +155,7 @@ def test_a_failing_sampler_is_named_with_its_error_and_count_everywhere(tracefs,
         if exporter.poll() is None:
             exporter.terminate()
             try:
-                exporter.wait(timeout=30)
+                exporter.wait(timeout=scaled(30))
             except subprocess.TimeoutExpired:
                 exporter.kill()
         agent.stop()

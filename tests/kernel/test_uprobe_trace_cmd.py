@@ -13,6 +13,7 @@ import subprocess
 
 import pytest
 from uprobe.conftest import GROUP, Agent, shipped_config
+from waiting import scaled
 
 from rezolus_ue.schema import CPU_USAGE
 from tracefs_tools import Tracefs, find_tracefs
@@ -30,10 +31,10 @@ def test_trace_cmd_records_and_reports_named_fields(tmp_path):
         out = tmp_path / "trace.dat"
         rec = subprocess.run([tc, "record", "-q", "-o", str(out), "-e",
                               f"{GROUP}:{CPU_USAGE.name}", "sleep", "3"],
-                             capture_output=True, text=True, timeout=300)
+                             capture_output=True, text=True, timeout=scaled(300))
         assert rec.returncode == 0, rec.stderr
         rep = subprocess.run([tc, "report", "-i", str(out)], capture_output=True, text=True,
-                             timeout=300)
+                             timeout=scaled(300))
         lines = [ln for ln in rep.stdout.splitlines() if f"{CPU_USAGE.name}:" in ln]
         assert lines, rep.stdout[-2000:] + rep.stderr[-2000:]
         assert all(f"{f.name}=" in lines[-1] for f in CPU_USAGE.fields), lines[-1]

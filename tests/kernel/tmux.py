@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from waiting import scaled
 
 
 class Tmux:
@@ -21,7 +22,7 @@ class Tmux:
 
     def run(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([self.tmux, *args], capture_output=True, text=True,
-                              env=self.env, timeout=30)
+                              env=self.env, timeout=scaled(30))
 
     def screen(self) -> str:
         """Return the text on the screen now."""

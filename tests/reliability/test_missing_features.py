@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from waiting import scaled
 
 from rezolus_ue.bpf import build
 from rezolus_ue.errors import RezolusError
@@ -38,7 +39,7 @@ def _rezolus(*args: str, setup: str = "", env: dict[str, str] | None = None,
     cmd = " ".join([sys.executable, "-m", "rezolus_ue", *args])
     return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
                            f"set -e; {setup}\nexec {cmd}"],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          capture_output=True, text=True, timeout=scaled(300), cwd=ROOT,
                           env={**os.environ, **(env or {})})
 
 
@@ -67,7 +68,7 @@ def test_no_user_events_is_one_clear_error(tmp_path: Path) -> None:
     conf = tmp_path / "ue.toml"
     conf.write_text('[agent]\ntransport = "user_events"\n')
     p = subprocess.run([sys.executable, "-m", "rezolus_ue", "run", "--config", str(conf)],
-                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+                       capture_output=True, text=True, timeout=scaled(120), cwd=ROOT)
     assert p.returncode != 0
     assert "CONFIG_USER_EVENTS" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
     assert "Traceback" not in p.stderr + p.stdout
@@ -112,7 +113,7 @@ def test_no_hardware_pmu_leaves_software_counters() -> None:
     except RezolusError:
         pass
     p = subprocess.run([sys.executable, "-m", "rezolus_ue", "check"], capture_output=True,
-                       text=True, timeout=300, cwd=ROOT)
+                       text=True, timeout=scaled(300), cwd=ROOT)
     lines = _lines(p.stdout)
     assert lines["sampler perf_hardware"].startswith("WARN"), lines["sampler perf_hardware"]
     assert lines["sampler perf_software"].startswith("PASS")

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from waiting import scaled
 
 from rezolus_ue.samplers.cpu_usage import CPU_USAGE
 from rezolus_ue.samplers.scheduler_runqueue import SCHEDULER_RUNQUEUE_LATENCY
@@ -46,7 +47,7 @@ def test_agent_without_btf_and_tracefs_runs_the_rest(tracefs, tmp_path):
         assert SCHEDULER_RUNQUEUE_LATENCY.event not in tracefs.user_events_status().events
     finally:
         p.send_signal(signal.SIGTERM)
-        code = p.wait(timeout=60)
+        code = p.wait(timeout=scaled(60))
     out = log.read_text()
     assert code == 0, out
     assert "Traceback" not in out

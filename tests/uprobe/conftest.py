@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from kernel.conftest import private_instance, wait_for
+from waiting import scaled
 
 from rezolus_ue.linux.uprobe_stub import stub_path
 from tracefs_tools import Tracefs, UprobeEvents, find_tracefs
@@ -73,7 +74,7 @@ class Agent:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
-            return self.proc.wait(timeout=60)
+            return self.proc.wait(timeout=scaled(60))
         except subprocess.TimeoutExpired:
             self.proc.kill()
             raise

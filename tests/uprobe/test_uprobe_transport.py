@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from kernel.conftest import wait_for
+from waiting import scaled
 
 from rezolus_ue.linux.uprobe_stub import Stub, stub_path
 from rezolus_ue.schema import AGENT, CPU_USAGE, by_name
@@ -119,7 +120,7 @@ def test_ftrace_enable_while_perf_holds_the_event_fails_at_once(tfs, agent, tmp_
             tfs.enable(GROUP, CPU_USAGE.name)
     finally:
         perf.send_signal(signal.SIGINT)
-        perf.wait(timeout=60)
+        perf.wait(timeout=scaled(60))
 
 
 def test_our_consumers_read_the_uprobe_transport(tfs, agent, tmp_path):
@@ -226,14 +227,14 @@ def test_a_restart_under_perf_reuses_the_events_perf_holds(tfs, tmp_path):
                      what="the new agent to reuse perf's event", seen=b.output)
             pid = b.proc.pid
             os.killpg(perf.pid, signal.SIGINT)
-            perf.wait(timeout=60)
+            perf.wait(timeout=scaled(60))
             assert b.stop() == 0
         finally:
             b.close()
     finally:
         if perf is not None and perf.poll() is None:
             os.killpg(perf.pid, signal.SIGINT)
-            perf.wait(timeout=60)
+            perf.wait(timeout=scaled(60))
         a.close()
     script = _run("perf", "script", "-i", str(data))
     pids = {int(ln.split()[1]) for ln in _lines(script.stdout, CPU_USAGE.name)}
@@ -277,7 +278,7 @@ def test_the_array_reproducer_in_the_docs():
     (ex,) = [e for e in examples() if e.source == "docs/kernels.md"
              and e.text == "sudo sh docs/repro/probe-array-zeros.sh"]
     p = subprocess.run(["sh", "docs/repro/probe-array-zeros.sh"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=scaled(300))
     assert p.returncode == 0, p.stderr
     assert not unmatched_claims(ex.claims, p.stdout), p.stdout
     assert "arrtest" not in Path("/sys/kernel/tracing/uprobe_events").read_text()
@@ -308,7 +309,7 @@ def test_demand_driven_on_the_uprobe_transport(tfs, agent, tmp_path):
         assert state("cpu_usage")[0] == "idle"  # nobody asked for it
     finally:
         os.killpg(perf.pid, signal.SIGINT)
-        perf.wait(timeout=60)
+        perf.wait(timeout=scaled(60))
     wait_for(lambda: state("scheduler_runqueue")[0] == "idle"
              and state("scheduler_runqueue")[1].startswith("detached"), timeout=120,
              what="scheduler_runqueue idle and detached after perf left",
