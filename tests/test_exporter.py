@@ -692,6 +692,40 @@ def test_follow_ingests_until_stopped() -> None:
     assert one(fams, "rezolus_cpu_usage_busy_ratio", cpu="1") == 0.5
 
 
+def test_a_starved_exporter_keeps_its_series_until_it_has_caught_up() -> None:
+    """Staleness is judged where the exporter last drained the rings: one that read
+    nothing for a while (starved of CPU) serves its last values, not an empty page; once
+    it has read everything and an event still did not come, that event's series go."""
+    now = [1 * S]
+    exp = ex.Exporter(clock=lambda: now[0])
+    stop = threading.Event()
+    seen: list[str] = []
+
+    def starved() -> list[Record]:
+        now[0] = 10 * S  # the exporter did not run for 8 s: a scrape comes meanwhile
+        seen.append(exp.render())
+        return []
+
+    def caught_up() -> list[Record]:
+        seen.append(exp.render())  # drained at 10 s: the agent has been silent since 2 s
+        stop.set()
+        return []
+
+    script = [lambda: cpu_records(1 * S, [0]),
+              lambda: (now.__setitem__(0, 2 * S), cpu_records(2 * S, [0]))[1],
+              starved, list, caught_up]  # list: the poll that began at 10 s, empty
+
+    class Scripted:
+        lost = 0
+
+        def poll(self, timeout_ms: int) -> list[Record]:
+            return script.pop(0)()
+
+    exp.follow(Scripted(), stop.is_set, poll_ms=1)
+    assert 'rezolus_cpu_usage_busy_ratio{cpu="0"}' in seen[0], seen[0]
+    assert "\nrezolus_cpu_usage" not in seen[1], seen[1]
+
+
 @pytest.fixture
 def server() -> object:
     exp = ex.Exporter(native_buckets=True)

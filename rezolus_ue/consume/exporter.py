@@ -54,6 +54,13 @@ class Exporter:
     that arrive meanwhile wait for it and share its text, and a scrape with nothing new
     since the last render reuses it. A slow machine therefore never piles up renders
     (each scrape timing out and retrying would otherwise start one more).
+
+    Staleness is judged at the start of the last poll that drained the rings, not at the
+    scrape: a series is dropped only when the exporter had read everything published and
+    its event had not come for ``stale`` intervals. An exporter that falls behind (starved
+    of CPU, ingesting a large burst) keeps serving its last values instead of forgetting
+    every series because it read nothing for a while (seen once under a CPU hog: a scrape
+    served no family at all).
     """
 
     def __init__(self, stale: int = DEFAULT_STALE, native_buckets: bool = False,
@@ -69,6 +76,9 @@ class Exporter:
         self._render_lock = threading.Lock()  # one render at a time; guards _cache
         self._version = 0  # bumped by every change of state
         self._cache: tuple[int, str, dict[bool, bytes]] | None = None
+        #: When the last completed poll began (follow): everything published before it
+        #: has been ingested. None: not following, staleness is judged by the clock.
+        self._drained_ns: int | None = None
 
     def ingest(self, records: Sequence[Record], lost: int | None = None) -> None:
         """Take one poll's records in (and the subscription's lost-record count)."""
@@ -101,7 +111,8 @@ class Exporter:
 
     def _render_locked(self) -> tuple[int, str, dict[bool, bytes]]:
         with self._lock:
-            if self.state.prune(self._clock()):
+            now = self._clock() if self._drained_ns is None else self._drained_ns
+            if self.state.prune(now):
                 self._version += 1
             if self._cache is not None and self._cache[0] == self._version:
                 return self._cache
@@ -115,7 +126,9 @@ class Exporter:
         """Poll ``src`` and ingest until ``stop()`` is true (a recording's end keeps its
         last values served)."""
         while not stop():
+            began = self._clock()
             self.ingest(src.poll(poll_ms), src.lost)
+            self._drained_ns = began
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -351,7 +351,10 @@ def test_every_event_reaches_every_consumer_under_the_shipped_privileges(shipped
     assert not expected - tail_events, f"tail missed {sorted(expected - tail_events)}"
     families = {e for e in expected if not e.endswith("_dist")}
     unexported = sorted(e for e in families if not re.search(rf"(?m)^{e}_\w+", metrics))
-    assert not unexported, f"the exporter serves nothing of {unexported}"
+    assert not unexported, (
+        f"the exporter serves nothing of {unexported}; its own series:\n"
+        + "\n".join(ln for ln in metrics.splitlines() if ln.startswith("rezolus_exporter"))
+        + f"\nits log:\n{c.errors('exporter')}")
     assert "errors 0" in top_screen, top_screen
     assert not _blank_cells(top_screen), f"top rows without a value:\n{top_screen}"
     for name, code in codes.items():
