@@ -143,8 +143,8 @@ class VMResults:
         script.write_text(
             f"cd {shlex.quote(str(ROOT))}\n"
             "export REZOLUS_UE_IN_VM=1 PYTHONDONTWRITEBYTECODE=1\n"
-            + "".join(f"export {k}={shlex.quote(os.environ[k])}\n"
-                      for k in ("REZOLUS_UE_TIMEOUT_SCALE",) if os.environ.get(k)) +
+            + (f"export REZOLUS_UE_TIMEOUT_SCALE={shlex.quote(scale)}\n"
+               if (scale := os.environ.get("REZOLUS_UE_TIMEOUT_SCALE")) else "") +
             f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH\n"
             f"{shlex.quote(sys.executable)} -m pytest -p no:cacheprovider -q -rs --durations=0"
             f" --vm-report={shlex.quote(str(report))} {args} > {shlex.quote(str(logf))} 2>&1\n"

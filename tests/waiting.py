@@ -25,6 +25,7 @@ from types import FunctionType
 TIMEOUT_SCALE = float(os.environ.get("REZOLUS_UE_TIMEOUT_SCALE")
                       or (3 if os.environ.get("REZOLUS_UE_IN_VM") == "1" else 1))
 
+
 def scaled(seconds: float) -> float:
     """Return a deadline that is not a wait_for's (a process's exit, a socket, a join)
     scaled as wait_for scales its own."""
@@ -45,7 +46,7 @@ def wait_for(cond: Callable[[], object], timeout: float = 10.0, step: float = 0.
     a hung test, they do not measure speed (the VM's CPU is emulated, and CI machines are
     shared).
     """
-    timeout *= TIMEOUT_SCALE
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     while True:
         v = cond()
