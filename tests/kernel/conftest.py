@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,7 @@ def tracefs() -> Tracefs:
     tfs = Tracefs(find_tracefs(mount=True))
     if not tfs.has_user_events:
         pytest.skip("this kernel has no user_events")
+    remove_stale_instances(tfs)
     return tfs
 
 
@@ -36,6 +38,19 @@ def ue(tracefs: Tracefs) -> Iterator[UserEventsData]:
 def event_name() -> str:
     """Return a fresh event name, so no test sees another's registration."""
     return f"rezolus_t{os.getpid()}_{next(_seq)}"
+
+
+def remove_stale_instances(tfs: Tracefs) -> list[str]:
+    """Remove the ftrace instances of test runs that no longer live (killed mid-test: the
+    kernel outlives the run), whose enabled events would make a later test's "nobody
+    listens" untrue; return their names."""
+    gone = []
+    for name in tfs.instances():
+        m = re.fullmatch(r"rezolus_test_(\d+)_\d+", name)
+        if m and not Path(f"/proc/{m.group(1)}").exists():
+            tfs.remove_instance(name)
+            gone.append(name)
+    return gone
 
 
 @contextlib.contextmanager

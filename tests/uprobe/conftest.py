@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kernel.conftest import private_instance, wait_for
+from kernel.conftest import private_instance, remove_stale_instances, wait_for
 from waiting import scaled
 
 from rezolus_ue.linux.uprobe_stub import stub_path
@@ -26,6 +26,10 @@ ROOT = Path(__file__).resolve().parents[2]
 #: What scripts/setup.sh installs: the CLI users run.
 CLI = Path(sys.executable).parent / "rezolus-ue"
 GROUP = "rezolus_ue"
+#: The other tools' events the tier defines to prove they are left alone. A run killed
+#: mid-test (CI's time limit, a Ctrl-C) leaves them in the kernel, which outlives the
+#: run; the session removes them first, or the next run fails defining them.
+FOREIGN = (("rezolus_ue", "someone_elses"), ("not_rezolus", "on_our_stub"))
 
 
 def shipped_config(tmp: Path, extra: str = "") -> Path:
@@ -89,6 +93,13 @@ def tfs() -> Tracefs:
     t = Tracefs(find_tracefs(mount=True))
     assert t.has_uprobe_events, "the uprobe tier runs only where uprobe_events exists"
     assert stub_path().exists(), f"{stub_path()} missing: scripts/setup.sh installs it"
+    with UprobeEvents(t.root) as ev:
+        left = {(d.group, d.event) for d in ev.list()} & set(FOREIGN)
+        for group, event in sorted(left):
+            ev.delete(group, event)
+    stale = sorted(left) + remove_stale_instances(t)
+    if stale:
+        print(f"uprobe tier: removed {stale}, left by a run killed mid-test", file=sys.stderr)
     return t
 
 

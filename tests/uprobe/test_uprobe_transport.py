@@ -23,7 +23,7 @@ from rezolus_ue.linux.uprobe_stub import Stub, stub_path
 from rezolus_ue.schema import AGENT, CPU_USAGE, by_name
 from tracefs_tools import TracefsError, UprobeDefinition, UprobeEvents
 
-from .conftest import CLI, GROUP, ROOT, Agent, field, owned, shipped_config
+from .conftest import CLI, FOREIGN, GROUP, ROOT, Agent, field, owned, shipped_config
 
 pytestmark = pytest.mark.uprobe
 HIST = "rezolus_scheduler_runqueue_latency"
@@ -152,10 +152,11 @@ def test_kill9_leaves_definitions_the_next_start_and_cleanup_remove(tfs, tmp_pat
     others = [UprobeDefinition(GROUP, "someone_elses", str(other_file), 0x1000),
               UprobeDefinition("not_rezolus", "on_our_stub", str(stub.path),
                                stub.function_offset(stub.slots - 1) + 8)]
-    with UprobeEvents(tfs.root) as ev:
-        for d in others:
-            ev.define(d)
+    assert {(d.group, d.event) for d in others} == set(FOREIGN)
     try:
+        with UprobeEvents(tfs.root) as ev:
+            for d in others:
+                ev.define(d)
         a = Agent("run", "--config", str(conf))
         try:
             a.wait_defined(tfs)
@@ -186,7 +187,8 @@ def test_kill9_leaves_definitions_the_next_start_and_cleanup_remove(tfs, tmp_pat
     finally:
         with UprobeEvents(tfs.root) as ev:
             for d in others:
-                ev.delete(d.group, d.event)
+                if tfs.event_exists(d.group, d.event):
+                    ev.delete(d.group, d.event)
         shutil.rmtree(other_file.parent)
 
 
