@@ -40,13 +40,17 @@ def event_name() -> str:
     return f"rezolus_t{os.getpid()}_{next(_seq)}"
 
 
+#: Our test instances' names: this prefix, the run's pid, a sequence number.
+INSTANCE_PREFIX = "rezolus_test_"
+
+
 def remove_stale_instances(tfs: Tracefs) -> list[str]:
     """Remove the ftrace instances of test runs that no longer live (killed mid-test: the
     kernel outlives the run), whose enabled events would make a later test's "nobody
     listens" untrue; return their names."""
     gone = []
     for name in tfs.instances():
-        m = re.fullmatch(r"rezolus_test_(\d+)_\d+", name)
+        m = re.fullmatch(rf"{INSTANCE_PREFIX}(\d+)_\d+", name)
         if m and not Path(f"/proc/{m.group(1)}").exists():
             tfs.remove_instance(name)
             gone.append(name)
@@ -57,7 +61,7 @@ def remove_stale_instances(tfs: Tracefs) -> list[str]:
 def private_instance(tfs: Tracefs) -> Iterator[str]:
     """Yield the name of a new ftrace instance, removed after: tests never touch the
     global buffer."""
-    name = f"rezolus_test_{os.getpid()}_{next(_seq)}"
+    name = f"{INSTANCE_PREFIX}{os.getpid()}_{next(_seq)}"
     tfs.create_instance(name)
     try:
         yield name

@@ -43,6 +43,15 @@ def shipped_config(tmp: Path, extra: str = "") -> Path:
     return out
 
 
+def remove_foreign(tfs: Tracefs) -> list[tuple[str, str]]:
+    """Delete the FOREIGN events that are defined; return them."""
+    with UprobeEvents(tfs.root) as ev:
+        left = sorted({(d.group, d.event) for d in ev.list()} & set(FOREIGN))
+        for group, event in left:
+            ev.delete(group, event)
+    return left
+
+
 def owned(tfs: Tracefs) -> list[str]:
     """Return our group's uprobe events on the installed stub."""
     with UprobeEvents(tfs.root) as ev:
@@ -93,11 +102,7 @@ def tfs() -> Tracefs:
     t = Tracefs(find_tracefs(mount=True))
     assert t.has_uprobe_events, "the uprobe tier runs only where uprobe_events exists"
     assert stub_path().exists(), f"{stub_path()} missing: scripts/setup.sh installs it"
-    with UprobeEvents(t.root) as ev:
-        left = {(d.group, d.event) for d in ev.list()} & set(FOREIGN)
-        for group, event in sorted(left):
-            ev.delete(group, event)
-    stale = sorted(left) + remove_stale_instances(t)
+    stale = remove_foreign(t) + remove_stale_instances(t)
     if stale:
         print(f"uprobe tier: removed {stale}, left by a run killed mid-test", file=sys.stderr)
     return t

@@ -23,7 +23,17 @@ from rezolus_ue.linux.uprobe_stub import Stub, stub_path
 from rezolus_ue.schema import AGENT, CPU_USAGE, by_name
 from tracefs_tools import TracefsError, UprobeDefinition, UprobeEvents
 
-from .conftest import CLI, FOREIGN, GROUP, ROOT, Agent, field, owned, shipped_config
+from .conftest import (
+    CLI,
+    FOREIGN,
+    GROUP,
+    ROOT,
+    Agent,
+    field,
+    owned,
+    remove_foreign,
+    shipped_config,
+)
 
 pytestmark = pytest.mark.uprobe
 HIST = "rezolus_scheduler_runqueue_latency"
@@ -185,10 +195,7 @@ def test_kill9_leaves_definitions_the_next_start_and_cleanup_remove(tfs, tmp_pat
             left = {(d.group, d.event) for d in ev.list()}
         assert {(d.group, d.event) for d in others} <= left
     finally:
-        with UprobeEvents(tfs.root) as ev:
-            for d in others:
-                if tfs.event_exists(d.group, d.event):
-                    ev.delete(d.group, d.event)
+        remove_foreign(tfs)
         shutil.rmtree(other_file.parent)
 
 
