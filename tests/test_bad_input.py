@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import functools
 import io
 import json
@@ -19,12 +20,14 @@ import stat
 import struct
 import subprocess
 import sys
+import termios
 import zlib
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from test_recorder import workload
+from waiting import scaled, wait_for
 
 from rezolus_ue import cli, config
 from rezolus_ue.consume import dump, recblocks, recfile, recparquet
@@ -277,6 +280,36 @@ def test_tail_from_a_pipe_is_an_error_and_from_a_redirected_file_works(tmp_path:
     assert p.returncode == 0 and len(p.stdout.splitlines()) == sum(records_of(blocks).values())
     p = subprocess.run(cmd, input=path.read_bytes(), capture_output=True, timeout=60)
     assert p.returncode == 1 and b"is a pipe" in p.stderr and not p.stdout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_tail_stops_when_its_reader_has_stopped_reading(tmp_path: Path, sig: int) -> None:
+    """`tail | reader` where the reader no longer reads (stopped, hung): the pipe fills and
+    tail blocks writing. A signal must still stop it (once, not with kill -9), saying what
+    was left unwritten."""
+    path, _blocks = recording(tmp_path, seconds=60)
+    r, w = os.pipe()
+    fcntl.fcntl(w, 1031, 4096)  # F_SETPIPE_SZ: the smallest pipe, full after a few lines
+    p = subprocess.Popen([sys.executable, "-m", "rezolus_ue", "tail", "--from", str(path)],
+                         stdout=w, stderr=subprocess.PIPE, text=True)
+    os.close(w)
+    try:
+        wchan = Path(f"/proc/{p.pid}/wchan")
+        wait_for(lambda: wchan.read_text().endswith("pipe_write"), timeout=60,
+                 what="tail to fill the pipe and block writing",
+                 seen=lambda: (pipe_bytes(r), p.poll(), wchan.read_text()))
+        p.send_signal(sig)
+        _out, err = p.communicate(timeout=scaled(60))
+    finally:
+        p.kill()
+        os.close(r)
+    assert p.returncode == 0, err
+    assert "lines unwritten" in err and "Traceback" not in err, err
+
+
+def pipe_bytes(fd: int) -> int:
+    """Return how many bytes wait in the pipe ``fd`` reads."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
 
 
 def test_metadata_of_the_wrong_type_is_dropped(tmp_path: Path) -> None:

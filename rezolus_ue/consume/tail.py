@@ -7,11 +7,13 @@ without perf, and never disturbing other consumers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -23,6 +25,9 @@ POLL_MS = 1000
 #: Once a record arrived, wait this much longer before reading: the rest of the publish's
 #: burst comes in the same batch instead of a wakeup and a read per record.
 SETTLE_MS = 50
+#: After a stop was asked for while writing, how long a write may stay blocked (its
+#: reader has stopped reading: a full pipe) before tail gives up the unwritten lines.
+WRITE_GRACE_S = 2.0
 
 _EPILOG = """\
 examples:
@@ -75,33 +80,68 @@ def write_records(records: Iterable[Record], fmt: str, out: TextIO,
     return n
 
 
+class _StalledOutput(Exception):
+    """stdout's reader stopped reading while tail was asked to stop."""
+
+
 class _Stopper:
     """SIGINT/SIGTERM for ``tail``: stop between two lines, once.
 
     The first signal asks to stop; while tail is blocked (waiting for records, or for the
-    agent) it also raises KeyboardInterrupt there to end the wait. Later signals are
-    ignored: closing the perf events waits for a grace period per tracepoint, and a second
-    Ctrl-C must not break that off half-way.
+    agent) it also raises KeyboardInterrupt there to end the wait. While it writes, the
+    write may finish its lines for WRITE_GRACE_S; one still blocked then (a reader that
+    stopped reading, the pipe full) is abandoned, or tail could never be stopped. Later
+    signals are ignored: closing the perf events waits for a grace period per tracepoint,
+    and a second Ctrl-C must not break that off half-way.
     """
 
     def __init__(self) -> None:
         self.requested = False
         self.blocked = True
+        self.writing = False
 
-    def __call__(self, _signum: int, _frame: object) -> None:
+    def __call__(self, signum: int, _frame: object) -> None:
+        if signum == signal.SIGALRM:
+            if self.writing:
+                raise _StalledOutput
+            return
         if self.requested:
             return
         self.requested = True
         if self.blocked:
             raise KeyboardInterrupt
+        if self.writing:
+            signal.setitimer(signal.ITIMER_REAL, WRITE_GRACE_S)
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[None]:
+        """Mark a write to stdout (which blocks while the pipe is full)."""
+        self.writing = True
+        try:
+            yield
+        finally:
+            self.writing = False
+            if self.requested:
+                signal.setitimer(signal.ITIMER_REAL, 0)
 
     def __enter__(self) -> _Stopper:
-        self._previous = {s: signal.signal(s, self) for s in (signal.SIGINT, signal.SIGTERM)}
+        self._previous = {s: signal.signal(s, self)
+                          for s in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)}
         return self
 
     def __exit__(self, *exc: object) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         for s, handler in self._previous.items():
             signal.signal(s, handler)
+
+
+def _abandon_stdout() -> None:
+    """Point stdout at /dev/null: the lines still buffered would block the exit again."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, sys.stdout.fileno())
+    finally:
+        os.close(null)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -126,9 +166,10 @@ def run(args: argparse.Namespace) -> int:
                         stopper.blocked = False
                     if args.count is not None:
                         recs = recs[: args.count - seen]
-                    seen += write_records(recs, args.format, sys.stdout, offset,
-                                          lambda: stopper.requested)
-                    sys.stdout.flush()
+                    with stopper.write():
+                        seen += write_records(recs, args.format, sys.stdout, offset,
+                                              lambda: stopper.requested)
+                        sys.stdout.flush()
                     if src.lost != lost:
                         print(f"rezolus-ue: {src.lost - lost} records lost (consumer too"
                               " slow; the kernel ring was full)", file=sys.stderr)
@@ -136,6 +177,10 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             if not stopper.requested:
                 raise
+        except _StalledOutput:
+            _abandon_stdout()
+            print(f"rezolus-ue: stopped with lines unwritten: stdout's reader had not read"
+                  f" for {WRITE_GRACE_S:g} s (the pipe was full)", file=sys.stderr)
     return 0
 
 
