@@ -183,7 +183,8 @@ def agent_records_after(c: Consumer, mark: int, agent_pid: int) -> int:
 
 def run_window(agent: AgentProcess, sentinel: Sentinel, tails: list[Consumer],
                seen: Callable[[int], bool] = lambda _m: True,
-               on_paused: Callable[[], None] = lambda: None) -> None:
+               on_paused: Callable[[], None] = lambda: None,
+               showed: Callable[[], str] = lambda: "") -> None:
     """With the agent paused (before the consumers started), greet until every consumer
     reads the marks, mark, let the agent publish PUBLISHES times, pause, mark again.
 
@@ -191,7 +192,8 @@ def run_window(agent: AgentProcess, sentinel: Sentinel, tails: list[Consumer],
     tails' output, and ``seen``) before the test goes on. The consumers start with the
     agent paused so that no backlog of their start-up (minutes under emulation) is in
     their rings when the window opens: the window's few publishes must fit there, however
-    far a starved consumer falls behind inside it.
+    far a starved consumer falls behind inside it. ``showed`` says, on a timeout, what the
+    consumers behind ``seen`` last showed.
     """
     def all_saw(mark: int) -> bool:
         # ``seen`` first, at every poll: a consumer that shows its latest values only while
@@ -210,7 +212,7 @@ def run_window(agent: AgentProcess, sentinel: Sentinel, tails: list[Consumer],
         except AssertionError as e:
             got = [(c.name, len(c.records()), bool(marked(c.records(), mark))) for c in tails]
             raise AssertionError(f"{e}: mark {mark} not seen; tails (lines, saw it): {got};"
-                                 f" the others saw it: {seen(mark)}") from None
+                                 f" the others saw it: {seen(mark)} {showed()}") from None
 
     wait_for(greeted, timeout=SLOW, step=2.0)
     for mark in (MARK1, MARK2):
@@ -349,11 +351,17 @@ def test_four_consumers_beside_perf_each_receive_every_record(tracefs, loaded_ag
     pause(loaded_agent)
     tails = [Consumer(tmp_path, f"tail{i}", "tail", "--format", "json") for i in (1, 2)]
     recorder = Consumer(tmp_path, "record", "record", str(rec_file))
-    exporter = Consumer(tmp_path, "exporter", "exporter", "--listen", f"127.0.0.1:{port}")
+    # --stale 1000: the exporter serves a mark's pid until the agent publishes again, not
+    # for 3 publish intervals of its clock after it read the mark (the default staleness):
+    # under CI's load no scrape of the test came within those 3 s, and it waited 45 min
+    # for a mark the exporter had already dropped. What is checked here is the count.
+    exporter = Consumer(tmp_path, "exporter", "exporter", "--listen", f"127.0.0.1:{port}",
+                        "--stale", "1000")
     consumers = [*tails, recorder, exporter]
     sentinel = Sentinel(tracefs)
     perf = Perf(tmp_path)
     base: dict[int, Counter] = {}
+    served: dict[str, object] = {}
 
     def exporter_saw(mark: int) -> bool:
         if mark in base:  # seen once: what it served then is the count at the mark
@@ -361,8 +369,11 @@ def test_four_consumers_beside_perf_each_receive_every_record(tracefs, loaded_ag
         exporter.alive()
         try:
             counts, pid = scrape(port)
-        except OSError:
+        except OSError as e:
+            served["scrape"] = f"failed: {e}"
             return False
+        served.update(scrape="served", rezolus_agent_pid=pid,
+                      records=sum(counts.values()))
         if pid == mark:
             base[mark] = counts
         return pid == mark
@@ -370,7 +381,9 @@ def test_four_consumers_beside_perf_each_receive_every_record(tracefs, loaded_ag
     try:
         run_window(loaded_agent, sentinel, tails,
                    lambda m: "recording to" in recorder.stderr() and exporter_saw(m),
-                   perf.enable)
+                   perf.enable,
+                   lambda: f"(record's stderr: {recorder.stderr()[-300:]!r};"
+                           f" the exporter's last scrape: {served})")
         want = perf.counts()
         assert want[AGENT.name] > PUBLISHES, want
         for c in tails:
