@@ -332,14 +332,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def scrape(port: int) -> tuple[Counter, int | None]:
-    """Return the exporter's records by event and its rezolus_agent_pid."""
+def scrape(port: int) -> tuple[Counter, int | None, int | None]:
+    """Return the exporter's records by event, its rezolus_agent_pid and the records the
+    kernel dropped before it read them."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=scaled(60)) as r:
         text = r.read().decode()
     counts = Counter({m[0]: int(float(m[1])) for m in re.findall(
         r'^rezolus_exporter_event_records_total\{event="([^"]+)"\} (\S+)$', text, re.M)})
     pid = re.search(r"^rezolus_agent_pid (\S+)$", text, re.M)
-    return counts, int(float(pid.group(1))) if pid else None
+    lost = re.search(r"^rezolus_exporter_lost_records_total (\S+)$", text, re.M)
+    return (counts, int(float(pid.group(1))) if pid else None,
+            int(float(lost.group(1))) if lost else None)
 
 
 def test_four_consumers_beside_perf_each_receive_every_record(tracefs, loaded_agent,
@@ -368,12 +371,13 @@ def test_four_consumers_beside_perf_each_receive_every_record(tracefs, loaded_ag
             return True
         exporter.alive()
         try:
-            counts, pid = scrape(port)
+            began = time.monotonic()
+            counts, pid, lost = scrape(port)
         except OSError as e:
             served["scrape"] = f"failed: {e}"
             return False
-        served.update(scrape="served", rezolus_agent_pid=pid,
-                      records=sum(counts.values()))
+        served.update(scrape=f"served in {time.monotonic() - began:.1f}s",
+                      rezolus_agent_pid=pid, records=sum(counts.values()), lost=lost)
         if pid == mark:
             base[mark] = counts
         return pid == mark
