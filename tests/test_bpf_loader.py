@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_for
 
 from rezolus_ue.bpf import build
 from rezolus_ue.bpf.libbpf import BpfError, VerifierError, num_possible_cpus, translate
@@ -201,15 +202,19 @@ def bpftool_json(*args: str) -> list[dict]:
     tool = shutil.which("bpftool") or "/usr/sbin/bpftool"
     if not Path(tool).exists():
         pytest.skip("bpftool not installed")
-    for _ in range(100):
-        r = subprocess.run([tool, *args, "-j"], capture_output=True)
-        if r.returncode == 0:
-            return json.loads(r.stdout or b"[]")
-        if LINK_SETTLING.encode() not in r.stdout + r.stderr:
-            break
-        time.sleep(0.01)
-    raise AssertionError(f"bpftool {' '.join(args)} -j exited {r.returncode}:"
-                         f" {(r.stdout + r.stderr).decode(errors='replace')[-500:]}")
+    last: list[subprocess.CompletedProcess[bytes]] = []
+
+    def listing() -> bool:
+        last[:] = [r := subprocess.run([tool, *args, "-j"], capture_output=True)]
+        if r.returncode and LINK_SETTLING.encode() not in r.stdout + r.stderr:
+            raise AssertionError(f"bpftool {' '.join(args)} -j exited {r.returncode}:"
+                                 f" {(r.stdout + r.stderr).decode(errors='replace')[-500:]}")
+        return r.returncode == 0
+
+    wait_for(listing, timeout=10, step=0.01, what=f"a bpftool {' '.join(args)} listing"
+             " that met no link being attached",
+             seen=lambda: (last[0].stdout + last[0].stderr)[-500:])
+    return json.loads(last[0].stdout or b"[]")  # the listing that succeeded
 
 
 #: Program name prefix of each attach kind in scheduler_runqueue.bpf.c.

@@ -356,7 +356,7 @@ def test_four_consumers_beside_perf_each_receive_every_record(tracefs, loaded_ag
     recorder = Consumer(tmp_path, "record", "record", str(rec_file))
     # --stale 1000: the exporter serves a mark's pid until the agent publishes again, not
     # for 3 publish intervals of its clock after it read the mark (the default staleness):
-    # under CI's load no scrape of the test came within those 3 s, and it waited 45 min
+    # under CI's load no scrape of the test came within them, and it waited 45 min
     # for a mark the exporter had already dropped. What is checked here is the count.
     exporter = Consumer(tmp_path, "exporter", "exporter", "--listen", f"127.0.0.1:{port}",
                         "--stale", "1000")
