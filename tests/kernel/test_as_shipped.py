@@ -123,6 +123,14 @@ class Consumers:
     def screen(self) -> str:
         return self.tm("capture-pane", "-p", "-t", self.session).stdout
 
+    def exporter_listens(self) -> bool:
+        """True once the exporter says it serves (it binds first, but starts as late as the
+        VM's emulated CPUs let it); fail at once, with its log, if it exited."""
+        p = self.procs["exporter"]
+        if p.poll() is not None:
+            raise AssertionError(f"exporter exited {p.returncode}: {self.errors('exporter')}")
+        return "serving Prometheus metrics on" in self.errors("exporter")
+
     def scrape(self) -> str:
         url = f"http://127.0.0.1:{self.port}/metrics"
         with urllib.request.urlopen(url, timeout=scaled(60)) as r:
@@ -330,8 +338,14 @@ def test_every_event_reaches_every_consumer_under_the_shipped_privileges(shipped
                      seen=lambda: _agent_records(c) - base)
             # The exporter is a process of its own, started beside three others: on
             # emulated CPUs beside a CPU hog it once had read nothing yet when tail had
-            # seen its intervals. It must come to serve every family, not at a given time.
-            wait_for(lambda: not _unexported(c.scrape(), families), timeout=300, step=0.5,
+            # seen its intervals; once it refused the first scrape (not listening yet, or
+            # gone: its log says which). It must come to listen, then to serve every
+            # family, not at a given time.
+            wait_for(c.exporter_listens, timeout=300, step=0.5,
+                     what="the exporter to say it serves on its port",
+                     seen=lambda: c.errors("exporter"))
+            wait_for(lambda: c.exporter_listens() and not _unexported(c.scrape(), families),
+                     timeout=300, step=0.5,
                      what="the exporter to serve every family",
                      seen=lambda: _exporter_report(c, families))
         # top's own intervals: rates need two of its frames (ev/s has a value), and it may
