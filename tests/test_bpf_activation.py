@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_bpf_loader import eventually
+from waiting import wait_for
 
 from rezolus_ue.bpf.loader import Features
 from rezolus_ue.errors import RezolusError
@@ -192,7 +192,8 @@ def test_part_time_reports_a_refused_attach() -> None:
     pt = PartTime(hooks, "sys_enter", window_ns=1_000_000, period_ns=2_000_000)  # type: ignore[arg-type]
     pt.start()
     hooks.wait(2)
-    assert eventually(lambda: pt.error is not None, 60), "the refusal was not kept"
+    wait_for(lambda: pt.error is not None, timeout=60, step=0.05,
+             what="the refused attach to be kept as pt.error")
     with pytest.raises(RezolusError, match="refused"):
         pt.take()
     pt.stop()

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import FakeHandle, bpf_struct, decoded, require_bpf_object, start_sampler
+from waiting import wait_for
 
 from rezolus_ue.encoding import EventSchema
 from rezolus_ue.metrics import h2
@@ -183,7 +184,7 @@ def test_known_io_is_counted(loop: str, attach: str) -> None:
 
 @pytest.mark.host
 def test_programs_loaded_only_while_active(loop: str) -> None:
-    from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
+    from test_bpf_loader import attached_prog_ids, loaded_progs
 
     s, _handles = start_sampler(BlockioRequests)
     try:
@@ -195,7 +196,8 @@ def test_programs_loaded_only_while_active(loop: str) -> None:
         assert ids <= attached_prog_ids()
         direct_io(loop, 10, write=False)
         s.deactivate()
-        assert eventually(lambda: not ids & set(loaded_progs())), "loaded after deactivate"
+        wait_for(lambda: not ids & set(loaded_progs()), step=0.05,
+                 what="its programs to be unloaded after deactivate")
         reads = int(s._counters["ops"][:, 0].sum())
         assert reads >= 10
         direct_io(loop, 200, write=False)  # detached: not counted

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 from helpers import bpf_struct, decoded, require_bpf_object, start_sampler
-from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
+from test_bpf_loader import attached_prog_ids, loaded_progs
+from waiting import wait_for
 
 from rezolus_ue.errors import RezolusError
 from rezolus_ue.metrics import h2
@@ -67,7 +68,8 @@ def cgroups(root: Path, *names: str) -> Iterator[list[Path]]:
     finally:
         for d in made:
             # The children have been reaped; the group empties a moment later.
-            eventually(lambda d=d: _rmdir(d), timeout=5)
+            wait_for(lambda d=d: _rmdir(d), timeout=5, step=0.05,
+                     what=f"the emptied cgroup {d} to be removed")
 
 
 def _rmdir(d: Path) -> bool:
@@ -178,7 +180,8 @@ def test_programs_loaded_only_while_active(root: Path) -> None:
         assert ids <= attached_prog_ids()
         time.sleep(0.1)
         s.deactivate()
-        assert eventually(lambda: not ids & set(loaded_progs())), "loaded after deactivate"
+        wait_for(lambda: not ids & set(loaded_progs()), step=0.05,
+                 what="its programs to be unloaded after deactivate")
         total = int(s._values().sum())
         assert total > 0
         s.activate()  # the same maps, and the same slots

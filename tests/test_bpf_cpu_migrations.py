@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 from helpers import bpf_struct, decoded, require_bpf_object, start_sampler
-from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
+from test_bpf_loader import attached_prog_ids, loaded_progs
+from waiting import wait_for
 
 from rezolus_ue.bpf.libbpf import num_possible_cpus
 from rezolus_ue.samplers.cpu_migrations import CPU_MIGRATIONS
@@ -78,7 +79,8 @@ def test_programs_loaded_only_while_active(affinity: None) -> None:
         assert ids <= attached_prog_ids()
         flip(10)
         s.deactivate()
-        assert eventually(lambda: not ids & set(loaded_progs())), "loaded after deactivate"
+        wait_for(lambda: not ids & set(loaded_progs()), step=0.05,
+                 what="its programs to be unloaded after deactivate")
         total = int(s._migrations["to"].sum())
         flip(10)  # detached: not counted
         assert int(s._migrations["to"].sum()) == total

@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -221,19 +220,11 @@ def bpftool_json(*args: str) -> list[dict]:
 PREFIX = {"tp_btf": "rq_btf_", "raw_tp": "rq_raw_", "tracepoint": "rq_tp_"}
 
 
-def eventually(cond, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
-    """Return True once ``cond()`` is true (the kernel frees programs and links after an
-    RCU grace period, not at close), False after ``timeout`` seconds."""
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def attached_prog_ids() -> set[int]:
-    """Return the ids of every program some BPF link attaches."""
+    """Return the ids of every program some BPF link attaches.
+
+    The kernel frees links and programs after an RCU grace period, not at close: a test
+    waits (wait_for) for one to leave this listing or loaded_progs', it does not assert."""
     return {ln["prog_id"] for ln in bpftool_json("link", "show") if "prog_id" in ln}
 
 
@@ -265,11 +256,13 @@ def test_open_load_attach_detach_close(runqueue_object: Path, prefer: str) -> No
         assert ids <= attached_prog_ids()
         assert obj.attached
         obj.detach()
-        assert eventually(lambda: not ids & attached_prog_ids()), "attached after detach()"
+        wait_for(lambda: not ids & attached_prog_ids(), step=0.05,
+                 what="its programs to be detached after detach()")
         assert obj.obj.map("switches").max_entries == num_possible_cpus()
     finally:
         obj.close()
-    assert eventually(lambda: not ids & set(loaded_progs())), "loaded after close()"
+    wait_for(lambda: not ids & set(loaded_progs()), step=0.05,
+             what="its programs to be unloaded after close()")
 
 
 @pytest.mark.host

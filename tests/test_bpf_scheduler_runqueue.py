@@ -16,7 +16,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 from helpers import decoded, require_bpf_object, start_sampler
-from test_bpf_loader import PREFIX, attached_prog_ids, eventually, loaded_progs
+from test_bpf_loader import PREFIX, attached_prog_ids, loaded_progs
+from waiting import wait_for
 
 from rezolus_ue.errors import RezolusError
 from rezolus_ue.metrics import h2
@@ -97,7 +98,8 @@ def test_programs_loaded_only_while_active() -> None:
         view = s._hists[SCHEDULER_RUNQUEUE_LATENCY]
         time.sleep(0.1)
         s.deactivate()
-        assert eventually(lambda: not ids & set(loaded_progs())), "loaded after deactivate"
+        wait_for(lambda: not ids & set(loaded_progs()), step=0.05,
+                 what="its programs to be unloaded after deactivate")
         total = int(view.sum())
         assert total > 0
         s.activate()  # and again: new programs, the same maps
@@ -110,7 +112,8 @@ def test_programs_loaded_only_while_active() -> None:
         assert s.bpf.loads == 3  # start (verify), and one per activation
     finally:
         s.close()
-    assert eventually(lambda: not ids2 & set(loaded_progs())), "loaded after close()"
+    wait_for(lambda: not ids2 & set(loaded_progs()), step=0.05,
+             what="its programs to be unloaded after close()")
 
 
 def test_collect_always_attaches_at_start() -> None:
@@ -124,7 +127,7 @@ def test_collect_always_attaches_at_start() -> None:
         assert "collect always" in s.detail
     finally:
         s.close()
-    assert eventually(lambda: not ids & set(loaded_progs()))
+    wait_for(lambda: not ids & set(loaded_progs()), step=0.05)
 
 
 @pytest.mark.parametrize("attach", ["tp_btf", "raw_tp", "tracepoint"])
@@ -213,7 +216,8 @@ def test_activate_async_loads_in_a_thread_and_reports_when_done() -> None:
     s, _handles = start_sampler(SchedulerRunqueue)
     try:
         s.activate_async()
-        assert eventually(s.poll_activation), "never finished loading"
+        wait_for(s.poll_activation, step=0.05,
+                 what="the asynchronous activation to finish loading")
         assert s.bpf.attached and s.detail.startswith("attached (")
         s.activate_async()  # already attached: nothing to do
         assert s.poll_activation()
@@ -229,6 +233,6 @@ def test_activate_async_failure_surfaces_in_poll() -> None:
         s._bpf.path = s._bpf.path.with_name("no-such-object.bpf.o")  # unloaded: next load
         s.activate_async()
         with pytest.raises(RezolusError, match="no-such-object"):
-            eventually(lambda: s.poll_activation() or False)
+            wait_for(s.poll_activation, step=0.05)
     finally:
         s.close()

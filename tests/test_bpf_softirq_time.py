@@ -13,7 +13,8 @@ import threading
 
 import pytest
 from helpers import bpf_struct, decoded, require_bpf_object, start_sampler
-from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
+from test_bpf_loader import attached_prog_ids, loaded_progs
+from waiting import wait_for
 
 from rezolus_ue.bpf.libbpf import num_possible_cpus
 from rezolus_ue.metrics import h2
@@ -107,7 +108,8 @@ def test_programs_loaded_only_while_active() -> None:
         view = s._times
         loopback_traffic(4 << 20)
         s.deactivate()
-        assert eventually(lambda: not ids & set(loaded_progs())), "loaded after deactivate"
+        wait_for(lambda: not ids & set(loaded_progs()), step=0.05,
+                 what="its programs to be unloaded after deactivate")
         total = int(view["time_ns"].sum())
         assert total > 0
         s.activate()

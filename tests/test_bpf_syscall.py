@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 from helpers import FakeHandle, decoded, require_bpf_object
 from helpers import start_sampler as _start_sampler
-from test_bpf_loader import attached_prog_ids, eventually, loaded_progs
+from test_bpf_loader import attached_prog_ids, loaded_progs
+from waiting import wait_for
 
 from rezolus_ue.bpf import build
 from rezolus_ue.bpf.libbpf import num_possible_cpus
@@ -199,7 +200,8 @@ def test_programs_loaded_only_while_active() -> None:
         assert ids <= attached_prog_ids()
         getpids(1000)
         s.deactivate()
-        assert eventually(lambda: not ids & set(loaded_progs())), "loaded after deactivate"
+        wait_for(lambda: not ids & set(loaded_progs()), step=0.05,
+                 what="its programs to be unloaded after deactivate")
         calls, latency = s._calls, s._latency
         total, hist = int(calls.sum()), int(latency.sum())
         assert total >= 1000 and hist >= 1000
@@ -345,14 +347,18 @@ def test_collect_always_attaches_at_start_with_its_windows() -> None:
         exit_ = next(p.id for p in s.bpf.programs if p.name.endswith("_exit"))
         enter = next(p.id for p in s.bpf.programs if p.name.endswith("_enter"))
         assert exit_ in attached_prog_ids()
-        assert eventually(lambda: enter in attached_prog_ids()), "no window opened"
+        wait_for(lambda: enter in attached_prog_ids(), step=0.05,
+                 what="a window to open (sys_enter attached)")
         s.deactivate()  # the last consumer left: "always" stays attached, windows too
         assert exit_ in attached_prog_ids()
-        assert eventually(lambda: enter not in attached_prog_ids()), "no window closed"
-        assert eventually(lambda: enter in attached_prog_ids()), "windows stopped"
+        wait_for(lambda: enter not in attached_prog_ids(), step=0.05,
+                 what="the window to close (sys_enter detached)")
+        wait_for(lambda: enter in attached_prog_ids(), step=0.05,
+                 what="the next window to open (sys_enter attached again)")
     finally:
         s.close()
-    assert eventually(lambda: not {enter, exit_} & attached_prog_ids()), "attached after close"
+    wait_for(lambda: not {enter, exit_} & attached_prog_ids(), step=0.05,
+             what="sys_enter and sys_exit to be detached after close")
 
 
 def test_silent_without_consumer() -> None:

@@ -15,7 +15,6 @@ import shutil
 import socket
 import subprocess
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from test_exporter import CPU_VALUES, Publisher, hist_records
+from waiting import running, wait_for
 
 from rezolus_ue.consume import exporter as ex
 from rezolus_ue.metrics import catalog, h2
@@ -94,20 +94,16 @@ def prometheus(tmp_path: Path, exporter: tuple[ex.Exporter, int]) -> Iterator[st
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + DEADLINE_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"prometheus exited {proc.returncode}:"
-                            f" {(tmp_path / 'prometheus.log').read_text()[-2000:]}")
+        def ready() -> bool:
+            running(proc, lambda: (tmp_path / "prometheus.log").read_text()[-2000:],
+                    "prometheus")
             try:
                 with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
+                    return r.status == 200
             except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"prometheus not ready within {DEADLINE_S} s")
-            time.sleep(0.2)
+                return False
+
+        wait_for(ready, timeout=DEADLINE_S, step=0.2, what=f"prometheus to be ready at {url}")
         yield url
     finally:
         proc.terminate()
@@ -131,16 +127,12 @@ def query(url: str, promql: str) -> list[dict]:
 
 def wait_value(url: str, promql: str) -> float:
     """Return the value of a one-series query, waiting (bounded) for a scrape to bring it."""
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        result = query(url, promql)
-        if result:
-            assert len(result) == 1, result
-            return float(result[0]["value"][1])
-        if time.monotonic() > deadline:
-            targets = urllib.request.urlopen(f"{url}/api/v1/targets", timeout=10).read()
-            pytest.fail(f"no result for {promql} within {DEADLINE_S} s; targets: {targets!r}")
-        time.sleep(0.25)
+    result = wait_for(lambda: query(url, promql), timeout=DEADLINE_S, step=0.25,
+                      what=f"a result for {promql}",
+                      seen=lambda: urllib.request.urlopen(f"{url}/api/v1/targets",
+                                                          timeout=10).read())
+    assert isinstance(result, list) and len(result) == 1, result
+    return float(result[0]["value"][1])
 
 
 def test_prometheus_scrapes_and_answers_promql(prometheus: str,

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-from waiting import TIMEOUT_SCALE, describe, explain, wait_for
+from waiting import TIMEOUT_SCALE, describe, explain, wait_for, wait_output
 
 
 class Agent:
@@ -70,3 +73,35 @@ def test_long_values_keep_head_and_tail() -> None:
 def test_returns_the_first_truthy_value() -> None:
     calls = iter([0, [], [1]])
     assert wait_for(lambda: next(calls), timeout=5, step=0) == [1]
+
+
+def _logged(tmp_path: Path, script: str) -> tuple[subprocess.Popen, Path]:
+    log = tmp_path / "log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=out,
+                                stderr=subprocess.STDOUT)
+    return proc, log
+
+
+def test_wait_output_returns_the_log_once_the_pattern_is_in_it(tmp_path: Path) -> None:
+    proc, log = _logged(tmp_path, "import time; print('serving on 9745', flush=True);"
+                                  " time.sleep(60)")
+    try:
+        text = wait_output(proc, log.read_text, r"serving on \d+", timeout=60, step=0.01)
+        assert text == "serving on 9745\n"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_wait_output_fails_at_once_with_the_log_when_the_process_exits(tmp_path: Path) -> None:
+    proc, log = _logged(tmp_path, "import sys; print('no such port'); sys.exit(3)")
+    with pytest.raises(AssertionError) as e:  # long before its deadline: it exited
+        wait_output(proc, log.read_text, "serving", name="exporter", timeout=3600, step=0.01)
+    assert str(e.value) == "exporter exited 3:\nno such port\n"
+
+
+def test_wait_output_counts_a_line_printed_just_before_the_exit(tmp_path: Path) -> None:
+    proc, log = _logged(tmp_path, "print('publishing 51 events')")
+    proc.wait()
+    assert wait_output(proc, log.read_text, r"publishing \d+ events", timeout=5)

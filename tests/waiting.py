@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import re
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -145,3 +147,32 @@ def _parse(filename: str) -> ast.Module | None:
         return ast.parse(Path(filename).read_text(), filename)
     except (OSError, SyntaxError, ValueError):
         return None
+
+
+def running(proc: subprocess.Popen, output: Callable[[], str], name: str = "process") -> bool:
+    """Return True while ``proc`` runs; once it has exited, raise AssertionError with its
+    exit status and ``output()`` (its log). A wait on a process that died fails at once,
+    saying why, instead of running out its deadline."""
+    if proc.poll() is not None:
+        raise AssertionError(f"{name} exited {proc.returncode}:\n{output()}")
+    return True
+
+
+def wait_output(proc: subprocess.Popen, output: Callable[[], str], pattern: str, *,
+                name: str = "process", timeout: float = 300.0, step: float = 0.5) -> str:
+    """Return ``output()`` (a process's log) once the regex ``pattern`` is in it; fail at
+    once if ``proc`` exits first, and on timeout with the log seen last.
+
+    The pattern is looked for before the process's exit, so a line the process printed
+    just before exiting still counts. The default deadline is for starting a Python CLI on
+    the VM's emulated CPUs beside a CPU hog, which has taken minutes.
+    """
+    def found() -> str | None:
+        text = output()
+        if re.search(pattern, text):
+            return text
+        running(proc, lambda: text, name)
+        return None
+
+    return str(wait_for(found, timeout, step, what=f"{pattern!r} in the {name}'s output",
+                        seen=output))

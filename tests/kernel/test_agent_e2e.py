@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from helpers import unit, words
-from waiting import scaled
+from waiting import running, scaled, wait_output
 
 from rezolus_ue.agent import read_status
 from rezolus_ue.schema import AGENT, CPU_USAGE
@@ -51,30 +51,28 @@ class AgentProcess:
 
     def wait_registered(self, tracefs) -> None:
         def ready() -> bool:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"agent exited {self.proc.returncode}: {self.output()}")
+            running(self.proc, self.output, "agent")
             ev = tracefs.user_events_status().events
             return CPU_USAGE.name in ev and AGENT.name in ev
 
         # Generous: under TCG on a busy host, start-up (every BPF object is loaded once to
         # verify it) has taken over a minute.
-        try:
-            wait_for(ready, timeout=240, step=0.2)
-        except AssertionError as e:
-            raise AssertionError(f"{e}; agent output so far:\n{self.output()}") from None
+        wait_for(ready, timeout=240, step=0.2, what="the agent's events in user_events_status",
+                 seen=self.output)
 
     def output(self) -> str:
         self.log.seek(0)
         return self.log.read()
 
     def wait_output(self, text: str, timeout: float = 240) -> None:
-        """Wait for ``text`` in the agent's output, failing with the output seen.
+        """Wait for ``text`` in the agent's output, failing with the output seen, or at
+        once if the agent exits.
 
         As generous as `wait_registered`: the events appear as each sampler starts, and the
         rest of start-up (the other samplers, the privilege drop) has taken over a minute
         under TCG on a loaded CI host."""
-        wait_for(lambda: text in self.output(), timeout=timeout, step=0.2,
-                 what=f"{text!r} in the agent's output", seen=self.output)
+        wait_output(self.proc, self.output, re.escape(text), name="agent", timeout=timeout,
+                    step=0.2)
 
     def stop(self) -> int:
         if self.proc.poll() is None:

@@ -44,7 +44,7 @@ import pytest
 from helpers import unit, words
 from test_bpf_blockio_requests import direct_io, loop_device
 from uprobe.conftest import shipped_config
-from waiting import scaled
+from waiting import running, scaled, wait_output
 
 from rezolus_ue import privilege
 from rezolus_ue.agent import read_status
@@ -123,13 +123,9 @@ class Consumers:
     def screen(self) -> str:
         return self.tm("capture-pane", "-p", "-t", self.session).stdout
 
-    def exporter_listens(self) -> bool:
-        """True once the exporter says it serves (it binds first, but starts as late as the
-        VM's emulated CPUs let it); fail at once, with its log, if it exited."""
-        p = self.procs["exporter"]
-        if p.poll() is not None:
-            raise AssertionError(f"exporter exited {p.returncode}: {self.errors('exporter')}")
-        return "serving Prometheus metrics on" in self.errors("exporter")
+    def running(self, name: str) -> bool:
+        """True while consumer ``name`` runs; fail at once, with its log, once it exited."""
+        return running(self.procs[name], lambda: self.errors(name), name)
 
     def scrape(self) -> str:
         url = f"http://127.0.0.1:{self.port}/metrics"
@@ -213,8 +209,7 @@ def _top_settled(screen: str) -> str | None:
 
 def _settled(agent: AgentProcess) -> dict | None:
     """Return the agent's status once every sampler that can run is active and loaded."""
-    if agent.proc.poll() is not None:
-        raise AssertionError(f"agent exited {agent.proc.returncode}: {agent.output()}")
+    running(agent.proc, agent.output, "agent")
     st = read_status()
     if not st or st.get("pid") != agent.proc.pid:
         return None
@@ -301,9 +296,7 @@ def shipped_agent(request, tmp_path) -> Iterator[tuple[str, AgentProcess, str]]:
             # "publishing N events" follows every sampler's start and the privilege drop:
             # under emulation on a busy machine that takes minutes (each BPF sampler parses
             # the kernel's BTF at start), so the wait is for the line, not for a time.
-            if a.proc.poll() is not None:
-                raise AssertionError(f"agent exited {a.proc.returncode}: {a.output()}")
-            return "publishing " in a.output() and all(
+            return running(a.proc, a.output, "agent") and "publishing " in a.output() and all(
                 tfs.event_exists(group, n) for n in (CPU_USAGE.name, AGENT.name))
         wait_for(started, timeout=600, step=0.2, what=f"the agent to start publishing its"
                  f" {group} events", seen=lambda: (a.output(), threads_of(a.proc.pid)))
@@ -333,7 +326,8 @@ def test_every_event_reaches_every_consumer_under_the_shipped_privileges(shipped
         families = {e for e in expected if not e.endswith("_dist")}
         with block_io():
             base = _agent_records(c)
-            wait_for(lambda: _agent_records(c) >= base + INTERVALS + 1, timeout=300,
+            wait_for(lambda: c.running("tail") and _agent_records(c) >= base + INTERVALS + 1,
+                     timeout=300,
                      what=f"{INTERVALS} more publish intervals seen by tail",
                      seen=lambda: _agent_records(c) - base)
             # The exporter is a process of its own, started beside three others: on
@@ -341,10 +335,9 @@ def test_every_event_reaches_every_consumer_under_the_shipped_privileges(shipped
             # seen its intervals; once it refused the first scrape (not listening yet, or
             # gone: its log says which). It must come to listen, then to serve every
             # family, not at a given time.
-            wait_for(c.exporter_listens, timeout=300, step=0.5,
-                     what="the exporter to say it serves on its port",
-                     seen=lambda: c.errors("exporter"))
-            wait_for(lambda: c.exporter_listens() and not _unexported(c.scrape(), families),
+            wait_output(c.procs["exporter"], lambda: c.errors("exporter"),
+                        "serving Prometheus metrics on", name="exporter")
+            wait_for(lambda: c.running("exporter") and not _unexported(c.scrape(), families),
                      timeout=300, step=0.5,
                      what="the exporter to serve every family",
                      seen=lambda: _exporter_report(c, families))

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from waiting import scaled
+from waiting import running, scaled
 
 from rezolus_ue.agent import read_status
 from rezolus_ue.linux.user_events import UserEventsData
@@ -74,9 +74,7 @@ class Consumer:
         return [json.loads(ln) for ln in text[: text.rfind("\n") + 1].splitlines()]
 
     def alive(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"{self.name} exited {self.proc.returncode}: {self.stderr()}")
-        return True
+        return running(self.proc, self.stderr, self.name)
 
     def stop(self, sig: int) -> int:
         """Send ``sig`` and return the exit status."""

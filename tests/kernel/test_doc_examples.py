@@ -20,12 +20,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import doc_examples as d
 import pytest
-from waiting import scaled
+from waiting import scaled, wait_output
 
 from rezolus_ue.agent import read_status
 from rezolus_ue.consume.recfile import read_records
@@ -149,19 +149,9 @@ def check_claims(key: str, output: str, source: str | None = None) -> None:
                              f"{output[-3000:]}")
 
 
-def wait_log(log: Path, pattern: str, proc: subprocess.Popen[bytes],
-             timeout: float = 300) -> str:
-    def seen() -> str | None:
-        text = log.read_text(errors="replace")
-        if re.search(pattern, text):
-            return text
-        assert proc.poll() is None, f"exited {proc.returncode} before {pattern!r}:\n{text}"
-        return None
-
-    try:
-        return str(wait_for(seen, timeout=timeout, step=0.5))
-    except AssertionError as e:
-        raise AssertionError(f"{e}; awaited {pattern!r} in:\n{log.read_text()}") from None
+def reader(log: Path) -> Callable[[], str]:
+    """A reader of a background command's log, for waiting.wait_output."""
+    return lambda: log.read_text(errors="replace")
 
 
 AGENT_STARTED = r"publishing \d+ events"
@@ -180,7 +170,7 @@ def agent(sh: Shell, tracefs) -> Iterator[subprocess.Popen[bytes]]:  # type: ign
     """The README's agent: `sudo rezolus-ue run &`, every sampler at its default."""
     log = sh.cwd / "agent.log"
     proc = sh.background("sudo rezolus-ue run &", log)
-    wait_log(log, AGENT_STARTED, proc)
+    wait_output(proc, reader(log), AGENT_STARTED, name="agent")
     # One consumer of every event, held for the module (its rings are never read: what
     # it misses is its own loss): the BPF samplers attach once, not again for each
     # documented command that subscribes to everything (under the VM's emulated CPU a
@@ -407,7 +397,8 @@ def test_exporter(sh: Shell, agent) -> None:  # type: ignore[no-untyped-def]
         log = sh.cwd / "exporter.log"
         proc = sh.background(key, log)
         try:
-            text = wait_log(log, "serving Prometheus metrics", proc)
+            text = wait_output(proc, reader(log), "serving Prometheus metrics",
+                               name="exporter")
             if key.endswith("&"):
                 check_claims(key, text)
 

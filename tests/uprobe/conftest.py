@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from kernel.conftest import private_instance, remove_stale_instances, wait_for
-from waiting import scaled
+from waiting import running, scaled
 
 from rezolus_ue.linux.uprobe_stub import stub_path
 from tracefs_tools import Tracefs, UprobeEvents, find_tracefs
@@ -75,8 +75,7 @@ class Agent:
         names = names or ("rezolus_cpu_usage", "rezolus_agent")
 
         def ready() -> bool:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"agent exited {self.proc.returncode}: {self.output()}")
+            running(self.proc, self.output, "agent")
             return all(tfs.event_exists(GROUP, n) for n in names) and "publishing" in \
                 self.output()
 
