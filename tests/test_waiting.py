@@ -105,3 +105,23 @@ def test_wait_output_counts_a_line_printed_just_before_the_exit(tmp_path: Path) 
     proc, log = _logged(tmp_path, "print('publishing 51 events')")
     proc.wait()
     assert wait_output(proc, log.read_text, r"publishing \d+ events", timeout=5)
+
+
+def test_a_log_is_shown_whole_on_timeout(tmp_path: Path) -> None:
+    proc, log = _logged(tmp_path, "import time; print('x' * 5000 + ' BPF refused');"
+                                  " time.sleep(60)")
+    try:
+        wait_for(lambda: log.stat().st_size > 5000, timeout=60, step=0.01)
+        with pytest.raises(AssertionError) as e:
+            wait_output(proc, log.read_text, "serving", name="exporter",
+                        timeout=0.01 / TIMEOUT_SCALE, step=0.001)
+    finally:
+        proc.kill()
+        proc.wait()
+    msg = str(e.value)
+    assert msg.startswith("timed out after ") and "waiting for 'serving' in the exporter's" \
+        f" output; its log:\n{'x' * 5000} BPF refused\n" in msg, msg
+    assert "last seen" not in msg, msg
+    msg = report(lambda: False, seen=lambda: "state", log=lambda: 1 / 0)
+    assert msg.endswith("; last seen: 'state'; its log:\n<log() raised ZeroDivisionError("
+                        "'division by zero')>"), msg

@@ -39,10 +39,15 @@ SHOW_CHARS = 2000
 
 
 def wait_for(cond: Callable[[], object], timeout: float = 10.0, step: float = 0.02, *,
-             what: str = "", seen: Callable[[], object] | None = None) -> object:
+             what: str = "", seen: Callable[[], object] | None = None,
+             log: Callable[[], str] | None = None) -> object:
     """Return cond()'s first truthy value, polling; on timeout raise AssertionError saying
     what was awaited (``what``, else cond's source) and what was seen last (``seen()``,
     else cond's last value and its operands).
+
+    ``log``: a process's log, shown whole on timeout (in place of the last value when
+    there is no ``seen``). What was seen is cut to SHOW_CHARS; a log is not, since the line
+    that says why a process did not get there may be anywhere in it.
 
     Deadlines are far above what a normal run needs (and scaled by TIMEOUT_SCALE): they end
     a hung test, they do not measure speed (the VM's CPU is emulated, and CI machines are
@@ -55,8 +60,12 @@ def wait_for(cond: Callable[[], object], timeout: float = 10.0, step: float = 0.
         if v:
             return v
         if time.monotonic() > deadline:
+            report = [] if log is not None and seen is None else [
+                f"last seen: {_seen(cond, v, seen)}"]
+            if log is not None:
+                report.append(f"its log:\n{_log(log)}")
             raise AssertionError(f"timed out after {timeout:g}s waiting for"
-                                 f" {what or describe(cond)}; last seen: {_seen(cond, v, seen)}")
+                                 f" {what or describe(cond)}; {'; '.join(report)}")
         time.sleep(step)
 
 
@@ -69,6 +78,13 @@ def _seen(cond: Callable[[], object], last: object, seen: Callable[[], object] |
     parts = [shorten(repr(last))]
     parts += [f"{expr} = {value}" for expr, value in explain(cond)]
     return "; ".join(parts)
+
+
+def _log(log: Callable[[], str]) -> str:
+    try:
+        return log()
+    except Exception as e:  # the report must not hide the timeout
+        return f"<log() raised {e!r}>"
 
 
 def shorten(text: str) -> str:
@@ -175,4 +191,4 @@ def wait_output(proc: subprocess.Popen, output: Callable[[], str], pattern: str,
         return None
 
     return str(wait_for(found, timeout, step, what=f"{pattern!r} in the {name}'s output",
-                        seen=output))
+                        log=output))

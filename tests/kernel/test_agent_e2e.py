@@ -58,7 +58,7 @@ class AgentProcess:
         # Generous: under TCG on a busy host, start-up (every BPF object is loaded once to
         # verify it) has taken over a minute.
         wait_for(ready, timeout=240, step=0.2, what="the agent's events in user_events_status",
-                 seen=self.output)
+                 log=self.output)
 
     def output(self) -> str:
         self.log.seek(0)
