@@ -31,6 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 IN_VM = os.environ.get("REZOLUS_UE_IN_VM") == "1"
 KERNEL_IMAGE = os.environ.get("REZOLUS_UE_TEST_KERNEL", "")
 REQUIRE_KERNEL = os.environ.get("REZOLUS_UE_REQUIRE_KERNEL_TESTS") == "1"
+# A developer's shell may set PYTHONUNBUFFERED; a user's shell and CI's `env -i` do not. The
+# tests and every process they start see what users' do: with it set, a child that printed
+# without flushing showed its output at once here and never in CI (test_waiting, stop 23).
+os.environ.pop("PYTHONUNBUFFERED", None)
 #: A hung VM's deadline, far above a normal run: the tier takes ~1350 s on a 2-CPU host
 #: under software emulation, and about three times as long beside a CPU hog (one host
 #: thread emulates the guest: it gets half a CPU), as issue 13 §7 runs it: 31 of its 76

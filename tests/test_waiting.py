@@ -108,7 +108,7 @@ def test_wait_output_counts_a_line_printed_just_before_the_exit(tmp_path: Path) 
 
 
 def test_a_log_is_shown_whole_on_timeout(tmp_path: Path) -> None:
-    proc, log = _logged(tmp_path, "import time; print('x' * 5000 + ' BPF refused');"
+    proc, log = _logged(tmp_path, "import time; print('x' * 5000 + ' BPF refused', flush=True);"
                                   " time.sleep(60)")
     try:
         wait_for(lambda: log.stat().st_size > 5000, timeout=60, step=0.01)
