@@ -1,29 +1,36 @@
-"""Test tiers: pure unit tests, ``host`` tests, and ``kernel`` tests that need user_events.
+"""Test tiers: pure unit tests, ``host`` tests, ``live`` and ``uprobe`` tests on this host's
+kernel, and ``kernel`` tests that need user_events itself (or a hook this host lacks).
 
 ``kernel`` tests run where a kernel with user_events is:
 
 * on this machine, when its kernel has ``user_events_data`` (and we are root), or when we
   *are* the VM (``REZOLUS_UE_IN_VM=1``);
-* else inside one VM booted with virtme-ng from ``REZOLUS_UE_TEST_KERNEL`` (a bzImage):
-  every selected kernel test runs in that single boot, its per-test outcomes come back as
-  JSON, and each host-side test item reports the VM's outcome (failures with the VM's
+* else inside one VM booted with virtme-ng from ``REZOLUS_UE_TEST_KERNEL`` (a bzImage),
+  started in the background as the run begins, so the host's tiers run beside it: every
+  selected kernel test runs in that single boot, its per-test outcomes come back as JSON,
+  and each host-side stand-in (run last) reports the VM's outcome (failures with the VM's
   traceback);
 * else they skip, saying why.
 
-With ``REZOLUS_UE_REQUIRE_KERNEL_TESTS=1`` (set by .ci/run), a skipped kernel test fails the
-session: CI must not go green by quietly not testing the kernel.
+``live`` and ``uprobe`` tests run on this host only (root, uprobe_events or user_events).
+With ``REZOLUS_UE_REQUIRE_KERNEL_TESTS=1`` (set by .ci/run), a skipped kernel, live or
+uprobe test fails the session: CI must not go green by quietly not testing the kernel.
+The summary ends with each tier's test count and time, and the slowest tests.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,13 +40,14 @@ KERNEL_IMAGE = os.environ.get("REZOLUS_UE_TEST_KERNEL", "")
 REQUIRE_KERNEL = os.environ.get("REZOLUS_UE_REQUIRE_KERNEL_TESTS") == "1"
 # A developer's shell may set PYTHONUNBUFFERED; a user's shell and CI's `env -i` do not. The
 # tests and every process they start see what users' do: with it set, a child that printed
-# without flushing showed its output at once here and never in CI (test_waiting, stop 23).
+# without flushing showed its output at once here and never in CI.
 os.environ.pop("PYTHONUNBUFFERED", None)
-#: A hung VM's deadline, far above a normal run: the tier takes ~1350 s on a 2-CPU host
-#: under software emulation, and about three times as long beside a CPU hog (one host
-#: thread emulates the guest: it gets half a CPU), as issue 13 §7 runs it: 31 of its 76
-#: tests in 29 min, measured.
-VM_TIMEOUT_S = int(os.environ.get("REZOLUS_UE_VM_TIMEOUT", "4800"))
+#: A hung VM's deadline, far above a normal run of the tier under software emulation, and
+#: above one beside a CPU hog (one host thread emulates the guest: it gets half a CPU).
+VM_TIMEOUT_S = int(os.environ.get("REZOLUS_UE_VM_TIMEOUT", "2700"))
+#: How long a KVM guest may take to reach its shell before the VM falls back to software
+#: emulation: a working KVM boots in a few seconds, a broken one fails or never boots.
+KVM_PROBE_S = float(os.environ.get("REZOLUS_UE_KVM_PROBE_S", "8"))
 #: The guest's script, report and logs; set it per run to boot two VMs side by side.
 VM_DIR = Path(os.environ.get("REZOLUS_UE_VMTEST_DIR") or ROOT / ".vmtest").resolve()
 
@@ -70,6 +78,50 @@ def _host_user_events() -> tuple[bool, str]:
 
 def _host_uprobes() -> tuple[bool, str]:
     return _host_has("uprobe", "uprobe_events", "uprobe events (CONFIG_UPROBE_EVENTS)")
+
+
+def _host_live() -> tuple[bool, str]:
+    """Return whether the agent has a transport on this host (uprobe or user_events)."""
+    if _host_uprobes()[0]:
+        return True, ""
+    return _host_user_events()
+
+
+def tier(item: pytest.Item) -> str:
+    """Return the tier ``item`` runs in, for the timing summary."""
+    if isinstance(item, VMProxyItem):
+        return "vm"
+    for name in ("kernel", "uprobe", "live", "host"):
+        if item.get_closest_marker(name):
+            return name
+    return "unit"
+
+
+def probe_kvm() -> tuple[bool, str]:
+    """Return (True, how long) if a KVM guest reaches its shell within KVM_PROBE_S, else
+    (False, why not). Where /dev/kvm exists but guests fail, this costs that deadline at
+    most (a failing QEMU exits at once; one spinning in the host kernel is killed)."""
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False, "no usable /dev/kvm"
+    mark = "rezolus-ue-kvm-ok"
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [_which("vng") or "vng", "--run", KERNEL_IMAGE, "--force-9p", "--user", "root",
+         "--exec", f"echo {mark}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL, text=True, env=_venv_env(), start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=KVM_PROBE_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, 9)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.communicate(timeout=5)
+        return False, f"a KVM guest did not reach its shell within {KVM_PROBE_S:.0f} s"
+    took = time.monotonic() - start
+    if mark in out:
+        return True, f"KVM (a guest reached its shell in {took:.1f} s)"
+    last = next((ln for ln in reversed(out.splitlines()) if ln.strip()), "no output")
+    return False, f"a KVM guest failed in {took:.1f} s: {last.strip()[:200]}"
 
 
 def _kernel_mode() -> tuple[str, str]:
@@ -109,30 +161,52 @@ class VMResults:
     def __init__(self, config: pytest.Config, nodeids: list[str]) -> None:
         self.config = config
         self.nodeids = nodeids
-        self.outcomes: dict[str, dict[str, str]] | None = None
+        self.outcomes: dict[str, dict[str, Any]] | None = None
         self.error = ""
         self.log = ""
         self.seconds = 0.0
         self.retried: list[str] = []
+        #: "KVM ..." or "software emulation (...)": what the VM ran on, for the summary.
+        self.accel = ""
+        self._thread: threading.Thread | None = None
 
-    def get(self, nodeid: str) -> dict[str, str]:
-        if self.outcomes is None:
-            self._run()
-            missing = [n for n in self.nodeids if n not in (self.outcomes or {})]
-            if self.outcomes and missing:
-                # The guest died part-way (its console is in .vmtest/vng.log): run what has
-                # no result in a fresh boot, once, and say so in the summary.
-                done = self.outcomes
-                self.retried = missing
-                self._run(missing)
-                self.outcomes = {**done, **(self.outcomes or {})}
+    def start(self) -> None:
+        """Boot the VM in the background: the host's tiers run while it works."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run_all, name="vm", daemon=True)
+            self._thread.start()
+
+    def _run_all(self) -> None:
+        try:
+            self._boot_all()
+        except Exception as e:  # a stand-in reports it; the thread must not die silently
+            self.error = f"the VM run failed: {e!r}"
+            self.outcomes = self.outcomes or {}
+
+    def _boot_all(self) -> None:
+        kvm, why = probe_kvm()
+        self.accel = why if kvm else f"software emulation ({why})"
+        self._run(kvm=kvm)
+        missing = [n for n in self.nodeids if n not in (self.outcomes or {})]
+        if self.outcomes and missing:
+            # The guest died part-way (its console is in .vmtest/vng.log): run what has
+            # no result in a fresh boot, once, and say so in the summary.
+            done = self.outcomes
+            self.retried = missing
+            self._run(missing, kvm=kvm)
+            self.outcomes = {**done, **(self.outcomes or {})}
+
+    def get(self, nodeid: str) -> dict[str, Any]:
+        self.start()
+        assert self._thread is not None
+        self._thread.join()
         assert self.outcomes is not None
         return self.outcomes.get(nodeid) or {
             "outcome": "failed",
             "longrepr": f"no result from the VM for {nodeid}\n{self.error}\n{self.log[-4000:]}",
         }
 
-    def _run(self, nodeids: list[str] | None = None) -> None:
+    def _run(self, nodeids: list[str] | None = None, *, kvm: bool = False) -> None:
         suffix = "" if nodeids is None else "-rerun"
         nodeids = nodeids or self.nodeids
         VM_DIR.mkdir(parents=True, exist_ok=True)
@@ -154,8 +228,8 @@ class VMResults:
             f" --vm-report={shlex.quote(str(report))} {args} > {shlex.quote(str(logf))} 2>&1\n"
         )
         cmd = [
-            _which("vng") or "vng", "--run", KERNEL_IMAGE, "--disable-kvm", "--force-9p",
-            "--user", "root", "--cpus", "2", "--memory", "4G", "--rwdir", str(ROOT),
+            _which("vng") or "vng", "--run", KERNEL_IMAGE, *(() if kvm else ("--disable-kvm",)),
+            "--force-9p", "--user", "root", "--cpus", "2", "--memory", "4G", "--rwdir", str(ROOT),
             # The guest writes its report and log there: outside the checkout it needs a
             # writable share of its own (the guest's /tmp is its own tmpfs).
             *(() if VM_DIR.is_relative_to(ROOT) else ("--rwdir", str(VM_DIR))),
@@ -164,7 +238,7 @@ class VMResults:
             # kernel's live code patching (text_poke's int3, on every tracepoint or BPF
             # attach and detach) raced with the other vCPU and panicked the guest
             # ("Oops: int3" in ttwu_do_activate / __schedule) a few times per run.
-            "--qemu-opts=-accel tcg,thread=single",
+            *(() if kvm else ("--qemu-opts=-accel tcg,thread=single",)),
             "--exec", f"sh {shlex.quote(str(script))}",
         ]
         start = time.monotonic()
@@ -218,7 +292,8 @@ class VMTestFailure(Exception):
     """A kernel test failed inside the VM; the message is its report there."""
 
 
-_state: dict[str, object] = {"mode": ("", ""), "vm": None, "kernel_skipped": []}
+_state: dict[str, object] = {"mode": ("", ""), "vm": None, "kernel_skipped": [],
+                             "durations": {}, "tiers": {}}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -231,33 +306,67 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
     mode, reason = _state["mode"]  # type: ignore[misc]
-    uprobe = [i for i in items if i.get_closest_marker("uprobe")]
-    if uprobe and not IN_VM:
-        ok, why = _host_uprobes()
-        for item in uprobe if not ok else ():
-            item.add_marker(pytest.mark.skip(reason=f"uprobe tier: {why}"))
+    for marker, check in (("uprobe", _host_uprobes), ("live", _host_live)):
+        chosen = [i for i in items if i.get_closest_marker(marker)]
+        ok, why = check() if chosen and not IN_VM else (True, "")
+        for item in chosen if not ok else ():
+            item.add_marker(pytest.mark.skip(reason=f"{marker} tier: {why}"))
     kernel = [i for i in items if i.get_closest_marker("kernel")]
-    if not kernel and not uprobe:
+    if not kernel:
         return
     if mode == "skip":
         for item in kernel:
             item.add_marker(pytest.mark.skip(reason=f"kernel tier: {reason}"))
-    elif mode == "vm" and kernel:
-        # The uprobe tier runs on this host and again in the VM, where the kernel also has
-        # user_events (its tests force transport = "uprobe"): same tests, other kernel.
-        vm = VMResults(config, [i.nodeid for i in kernel + uprobe])
+    elif mode == "vm":
+        vm = VMResults(config, [i.nodeid for i in kernel])
         _state["vm"] = vm
-        for n, item in enumerate(items):
-            if item.get_closest_marker("kernel"):
-                items[n] = VMProxyItem.from_parent(item.parent, name=item.name, vm=vm,
-                                                   original=item)
-        items += [VMProxyItem.from_parent(i.parent, name=f"{i.name}@vm", vm=vm, original=i)
-                  for i in uprobe]
+        # The stand-ins go last: the host's tests run while the VM works, and the first
+        # stand-in waits for the VM's report.
+        proxies = [VMProxyItem.from_parent(i.parent, name=i.name, vm=vm, original=i)
+                   for i in kernel]
+        items[:] = [i for i in items if not i.get_closest_marker("kernel")] + proxies
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    vm: VMResults | None = _state["vm"]  # type: ignore[assignment]
+    if vm is not None and not session.config.option.collectonly:
+        vm.start()
+
+
+_TIERED = ("kernel", "uprobe", "live")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if ("kernel" in report.keywords or "uprobe" in report.keywords) and report.skipped:
+    if any(t in report.keywords for t in _TIERED) and report.skipped:
         _state["kernel_skipped"].append(report.nodeid)  # type: ignore[union-attr]
+    _state["durations"][report.nodeid] = (  # type: ignore[index]
+        _state["durations"].get(report.nodeid, 0.0) + report.duration)  # type: ignore[attr-defined]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _state["tiers"] = {i.nodeid: i for i in session.items}
+
+
+Timings = tuple[dict[str, tuple[int, float]], list[tuple[float, str, str]]]
+
+
+def _timings(vm: VMResults | None) -> Timings:
+    """Return each tier's (tests, seconds) and every test's (seconds, tier, id)."""
+    items: dict[str, pytest.Item] = _state["tiers"]  # type: ignore[assignment]
+    durations: dict[str, float] = _state["durations"]  # type: ignore[assignment]
+    rows = []
+    for nodeid, took in durations.items():
+        item = items.get(nodeid)
+        name = tier(item) if item is not None else "unit"
+        if name == "vm" and vm is not None and vm.outcomes:
+            took = float(vm.outcomes.get(nodeid, {}).get("duration", 0.0))
+        rows.append((took, name, nodeid))
+    per: dict[str, tuple[int, float]] = {}
+    for took, name, _ in rows:
+        n, t = per.get(name, (0, 0.0))
+        per[name] = (n + 1, t + took)
+    return per, sorted(rows, reverse=True)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
@@ -267,6 +376,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if vm is not None and vm.outcomes is not None:
         tr.write_sep("-", f"kernel tier: {len(vm.nodeids)} tests in one VM boot"
                           f" ({vm.seconds:.0f}s, log: {VM_DIR / 'pytest.log'})")
+        tr.write_line(f"  vm: ran on {vm.accel}")
         tail = [ln for ln in vm.log.splitlines() if ln.strip()][-3:]
         for line in tail:
             tr.write_line(f"  vm: {line}")
@@ -275,6 +385,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                           f" (console: {VM_DIR / 'vng.log'}); they ran again in a new boot")
     elif mode == "local":
         tr.write_line("kernel tier: ran on this kernel")
+    if not IN_VM and _state["durations"]:
+        per, rows = _timings(vm)
+        tr.write_sep("-", "time by tier (the VM's beside the host's)")
+        for name in ("unit", "host", "live", "uprobe", "kernel", "vm"):
+            if name in per:
+                n, t = per[name]
+                wall = f", VM wall {vm.seconds:.0f}s" if name == "vm" and vm else ""
+                tr.write_line(f"  {name:<7}{n:>6} tests {t:>8.1f}s{wall}")
+        tr.write_sep("-", "slowest 15 tests")
+        for took, name, nodeid in rows[:15]:
+            tr.write_line(f"  {took:>7.1f}s  {name:<7} {nodeid}")
     skipped = _state["kernel_skipped"]
     if REQUIRE_KERNEL and skipped:
         tr.write_sep("!", f"REZOLUS_UE_REQUIRE_KERNEL_TESTS=1 but {len(skipped)} kernel"
@@ -291,10 +412,11 @@ class _VMReporter:
 
     def __init__(self, path: str) -> None:
         self.path = Path(path)
-        self.results: dict[str, dict[str, str]] = {}
+        self.results: dict[str, dict[str, Any]] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        cur = self.results.setdefault(report.nodeid, {"outcome": "passed"})
+        cur = self.results.setdefault(report.nodeid, {"outcome": "passed", "duration": 0.0})
+        cur["duration"] += report.duration
         if report.failed:
             cur["outcome"] = "failed"
             cur["longrepr"] = cur.get("longrepr", "") + f"[{report.when}] {report.longreprtext}"
