@@ -5,7 +5,9 @@ finds every example there, and ``EXERCISED`` says, for each one, which test runs
 when a test cannot run it exactly as written, what it runs instead and why) or why no test
 can. tests/test_doc_examples.py fails when an example has no entry (or an entry no
 example), so a new example cannot land untested; tests/kernel/test_doc_examples.py runs
-the entries against a real agent in the VM and checks what the docs claim they print.
+the entries against a real agent on this host's transport, and
+tests/kernel/test_doc_examples_user_events.py those about user_events itself in the
+kernel tier, and both check what the docs claim they print.
 
 Where examples are found:
 
@@ -234,7 +236,10 @@ class NotRun:
     why: str
 
 
+#: Runs on this host's transport (a command's user_events group becomes the kernel's).
 K = "tests/kernel/test_doc_examples.py::"
+#: Runs the examples about user_events itself, in the kernel tier.
+KU = "tests/kernel/test_doc_examples_user_events.py::"
 U = "tests/test_doc_examples.py::"
 NO_SYSTEMD = ("needs systemd as PID 1, which the test VM (virtme-ng) does not boot;"
               " tests/test_service_cmd.py verifies the units with systemd-analyze")
@@ -249,8 +254,8 @@ EXERCISED: dict[str, Ran | NotRun] = {
     # README.md: the two set-up commands.
     "./scripts/setup.sh && rezolus-ue run": Ran(
         K + "test_readme_tour", as_run="rezolus-ue run",
-        why="CI runs scripts/test.sh, which runs scripts/setup.sh first; the VM shares"
-        " that installation, so the test starts the agent the same way"),
+        why="CI runs scripts/test.sh, which runs scripts/setup.sh first; the test starts"
+        " the agent that installation gives, the same way"),
     "./scripts/test.sh": NotRun("it is the test run itself: .ci/run runs it under env -i"),
     # README.md: quick tour.
     "sudo rezolus-ue check": Ran(K + "test_readme_tour"),
@@ -280,10 +285,10 @@ EXERCISED: dict[str, Ran | NotRun] = {
     "echo 0 | sudo tee /sys/kernel/tracing/instances/mine/events/user_events/"
     "rezolus_cpu_usage/enable": Ran(K + "test_ftrace_instance"),
     "sudo rmdir /sys/kernel/tracing/instances/mine": Ran(K + "test_ftrace_instance"),
-    "sudo trace-cmd record -e user_events:rezolus_cpu_usage sleep 5": Ran(K + "test_trace_cmd"),
-    "sudo trace-cmd report": Ran(K + "test_trace_cmd"),
+    "sudo trace-cmd record -e user_events:rezolus_cpu_usage sleep 5": Ran(KU + "test_trace_cmd"),
+    "sudo trace-cmd report": Ran(KU + "test_trace_cmd"),
     "sudo bpftrace -e 'tracepoint:user_events:rezolus_cpu_usage { @records = count(); }'": Ran(
-        K + "test_bpftrace_sees_no_record",
+        KU + "test_bpftrace_sees_no_record",
         as_run="the same with an interval:s:5 { exit(); } probe",
         why="bpftrace runs until interrupted"),
     "sudo rezolus-ue run -c bad.toml": Ran(K + "test_readme_tour"),
@@ -397,17 +402,17 @@ EXERCISED: dict[str, Ran | NotRun] = {
         K + "test_man_page_consuming", as_run="the same under timeout 60, through head -n 2",
         why="trace_pipe is read until interrupted"),
     "rmdir instances/rezolus": Ran(K + "test_man_page_consuming"),
-    "trace-cmd record -e user_events:rezolus_cpu_usage sleep 5": Ran(K + "test_trace_cmd"),
-    "trace-cmd report": Ran(K + "test_trace_cmd"),
-    "chgrp tracing /sys/kernel/tracing/user_events_data": Ran(K + "test_tracing_group"),
-    "chmod g+rw /sys/kernel/tracing/user_events_data": Ran(K + "test_tracing_group"),
-    "chgrp tracing /sys/kernel/tracing": Ran(K + "test_tracing_group"),
-    "chmod g+rx /sys/kernel/tracing": Ran(K + "test_tracing_group"),
-    "mount -o remount,gid=tracing /sys/kernel/tracing": Ran(K + "test_tracing_group"),
+    "trace-cmd record -e user_events:rezolus_cpu_usage sleep 5": Ran(KU + "test_trace_cmd"),
+    "trace-cmd report": Ran(KU + "test_trace_cmd"),
+    "chgrp tracing /sys/kernel/tracing/user_events_data": Ran(KU + "test_tracing_group"),
+    "chmod g+rw /sys/kernel/tracing/user_events_data": Ran(KU + "test_tracing_group"),
+    "chgrp tracing /sys/kernel/tracing": Ran(KU + "test_tracing_group"),
+    "chmod g+rx /sys/kernel/tracing": Ran(KU + "test_tracing_group"),
+    "mount -o remount,gid=tracing /sys/kernel/tracing": Ran(KU + "test_tracing_group"),
     ".venv/bin/python -m rezolus_ue.bpf.build": Ran(U + "test_bpf_build_command"),
-    "sudo rezolus-ue events --delete": Ran(K + "test_agent_variants"),
+    "sudo rezolus-ue events --delete": Ran(KU + "test_agent_persists"),
     "sudo rezolus-ue run --config /etc/rezolus-ue/config.toml -i 100ms": Ran(
-        K + "test_agent_variants", as_run="the same in the background", why=UNTIL_STOPPED),
+        KU + "test_agent_persists", as_run="the same in the background", why=UNTIL_STOPPED),
     "toml: [agent]": Ran(U + "test_config_examples_validate"),
     "message: rezolus-ue: error: /etc/rezolus-ue/config.toml:2: [agent]": Ran(
         U + "test_config_error_message", as_run="sudo rezolus-ue run -c FILE",

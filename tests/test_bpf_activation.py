@@ -2,7 +2,7 @@
 lowest CPU priority, so the publishing thread never waits for it (pure threading logic,
 in-process: the samplers here are stand-ins whose activate() only records how it ran);
 and the loader's start-up probe of a classic tracepoint's id (a fixture tracefs).
-Publishing cadence while real objects load is proven in the VM
+Publishing cadence while real objects load is proven against the kernel
 (tests/kernel/test_bpf_under_the_agents_privileges.py)."""
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Every example of the docs is exercised by a test, or listed as not run with the reason.
 
-The table is ``doc_examples.EXERCISED``; the kernel-tier half, which runs the commands
-against a running agent, is tests/kernel/test_doc_examples.py. The examples that need no
-kernel with user_events (configuration files, install-service, the BPF build) run here.
+The table is ``doc_examples.EXERCISED``; the commands that need a running agent run in
+tests/kernel/test_doc_examples.py (this host's transport) and, where they are about
+user_events itself, tests/kernel/test_doc_examples_user_events.py. The examples that need
+no agent (configuration files, install-service, the BPF build) run here.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def test_units_are_hardened(settings: dict[str, list[str]]) -> None:
 
 def test_agent_keeps_only_bpf_and_perfmon() -> None:
     # The last three are start-up's only (become the user, hand it /run/rezolus-ue): the
-    # agent drops them (tests/kernel/test_agent_e2e.py runs it so in the VM).
+    # agent drops them (tests/kernel/test_agent_e2e.py runs it so).
     assert words(AGENT, "CapabilityBoundingSet") == [
         "CAP_BPF", "CAP_PERFMON", "CAP_SETUID", "CAP_SETGID", "CAP_CHOWN"]
     assert words(AGENT, "SystemCallFilter") == ["@system-service", "bpf", "perf_event_open"]

@@ -2,8 +2,8 @@
 privileges users run it with, checked by real perf and by our own consumers at once.
 
 Users run the agent two ways, and each is tested here, on each transport: user_events
-(kernel tier, in the VM) and uprobe (``transport = "uprobe"``; the uprobe tier, on this
-host and again in the VM):
+(kernel tier: the one end-to-end run of that transport, in the VM on kernels without it)
+and uprobe (``transport = "uprobe"``; the uprobe tier, on this host):
 
 * ``sudo rezolus-ue run``: root, which drops to CAP_BPF + CAP_PERFMON after start-up;
 * the systemd unit: its ``ExecStart=`` (``run --user ...``) under its

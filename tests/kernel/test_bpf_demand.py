@@ -3,9 +3,11 @@
 With no consumer none of our programs is loaded; ``perf record`` on
 rezolus_scheduler_runqueue_latency makes the agent load and attach them (and
 ``rezolus-ue events`` say so); when perf exits they are gone within one interval, and
-perf's recording holds histogram records the programs filled (BPF -> user_events -> perf).
-One agent start, publishing every 200 ms, with only scheduler_runqueue and agent enabled.
-The waits bound liveness, with slack for software emulation; they measure nothing.
+perf's recording holds histogram records the programs filled (BPF -> tracepoint -> perf).
+It runs on this host's kernel through whichever transport ``transport = "auto"`` takes
+(uprobe events without user_events; the ``bus`` fixture). One agent start, publishing
+every 200 ms, with only scheduler_runqueue and agent enabled. The waits bound liveness,
+with slack for software emulation; they measure nothing.
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ from rezolus_ue.bpf import build
 from rezolus_ue.samplers import REGISTRY
 from rezolus_ue.samplers.scheduler_runqueue import SCHEDULER_RUNQUEUE_LATENCY
 
-from .conftest import wait_for
+from .conftest import Bus, wait_for
 
-pytestmark = pytest.mark.kernel
+pytestmark = pytest.mark.live
 ROOT = Path(__file__).resolve().parents[2]
 EVENT = SCHEDULER_RUNQUEUE_LATENCY.schema.name
 INTERVAL_S = 0.2
-#: Allowance for the VM's software emulation (code runs 5-25x slower) on top of intervals.
+#: Allowance for a loaded or emulated CPU (under TCG code runs 5-25x slower) on top of
+#: intervals.
 SLACK_S = 10.0
 
 
@@ -77,7 +80,9 @@ def read(f: TextIO) -> str:
     return f.read()
 
 
-def test_programs_follow_the_consumer(tracefs, tmp_path: Path, capsys, monkeypatch) -> None:
+def test_programs_follow_the_consumer(bus: Bus, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
     for tool in ("perf", "bpftool"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed")
@@ -105,7 +110,7 @@ def test_programs_follow_the_consumer(tracefs, tmp_path: Path, capsys, monkeypat
         status = wait_for(started, timeout=120, step=0.1)
         st = status["samplers"]["scheduler_runqueue"]  # type: ignore[index]
         assert st["status"] == "idle", f"{st}; agent log: {read(log)}"
-        assert EVENT in tracefs.user_events_status().events
+        assert EVENT in bus.registered()
         # Loaded once at start to verify, then unloaded: none stay without a consumer.
         wait_for(lambda: not loaded(ours), timeout=SLACK_S)
         time.sleep(3 * INTERVAL_S)
@@ -113,11 +118,10 @@ def test_programs_follow_the_consumer(tracefs, tmp_path: Path, capsys, monkeypat
         assert sampler_row(capsys) == ["idle", "detached"]
 
         data = tmp_path / "perf.data"
-        perf = subprocess.Popen(["perf", "record", "-q", "-e", f"user_events:{EVENT}", "-a",
+        perf = subprocess.Popen(["perf", "record", "-q", "-e", f"{bus.group}:{EVENT}", "-a",
                                  "-o", str(data)], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
-        wait_for(lambda: tracefs.user_events_status().events[EVENT].consumers,
-                 timeout=60, step=0.05)
+        wait_for(lambda: bus.consumers(EVENT), timeout=60, step=0.05)
         t0 = time.monotonic()
         attached = wait_for(lambda: loaded(ours), timeout=2 * INTERVAL_S + SLACK_S, step=0.05)
         appeared_s = time.monotonic() - t0
@@ -130,8 +134,7 @@ def test_programs_follow_the_consumer(tracefs, tmp_path: Path, capsys, monkeypat
         perf.send_signal(signal.SIGINT)
         _, err = perf.communicate(timeout=scaled(120))
         assert perf.returncode in (0, -signal.SIGINT), err  # perf re-raises the SIGINT
-        wait_for(lambda: not tracefs.user_events_status().events[EVENT].consumers,
-                 timeout=30, step=0.05)
+        wait_for(lambda: not bus.consumers(EVENT), timeout=30, step=0.05)
         t0 = time.monotonic()
         wait_for(lambda: not loaded(ours), timeout=INTERVAL_S + SLACK_S, step=0.05)
         gone_s = time.monotonic() - t0

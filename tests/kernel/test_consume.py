@@ -1,4 +1,9 @@
-"""The consumer side against a real kernel: perf_event_open subscriptions and `tail`."""
+"""The consumer side against a real kernel: perf_event_open subscriptions and `tail`.
+
+These run on this host, on whichever transport ``transport = "auto"`` takes on its kernel
+(uprobe events here, user_events where the kernel has them). Tests without an agent publish
+``rezolus_cpu_usage`` themselves through the product's own publisher, as the agent does.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,19 +23,25 @@ from waiting import scaled
 import rezolus_ue
 from rezolus_ue import schema as S
 from rezolus_ue.consume.subscription import Subscription
-from rezolus_ue.linux.user_events import UserEventsData
+from rezolus_ue.publisher import EventHandle, open_publisher
 
-from .conftest import wait_for
+from .conftest import Bus, wait_for
 from .test_agent_e2e import AgentProcess
 
-pytestmark = pytest.mark.kernel
+pytestmark = pytest.mark.live
 ROOT = Path(__file__).resolve().parents[2]
 CPU = S.CPU_USAGE
 
 
-def _register(ue: UserEventsData):  # type: ignore[no-untyped-def]
-    """Register the real rezolus_cpu_usage event, as the agent would."""
-    return ue.register(CPU.name_args)
+@pytest.fixture
+def reg(bus: Bus) -> Iterator[EventHandle]:
+    """The real rezolus_cpu_usage event, published as the agent would (no agent runs: the
+    uprobe publisher deletes an agent's definitions as stale)."""
+    pub = open_publisher(bus.tfs.root, "auto")
+    try:
+        yield pub.register([CPU])[CPU.name]
+    finally:
+        pub.close()
 
 
 def _row(i: int) -> bytes:
@@ -44,11 +56,10 @@ def _drain(sub: Subscription, want: int, timeout: float = 20) -> list:
     return out
 
 
-def test_two_subscriptions_each_get_every_record(tracefs, ue):
-    reg = _register(ue)
-    tracing_on = (tracefs.root / "tracing_on").read_text()
-    a = Subscription([CPU.name], wait=False, tracefs=tracefs)
-    b = Subscription([CPU.name], wait=False, tracefs=tracefs)
+def test_two_subscriptions_each_get_every_record(bus: Bus, reg: EventHandle) -> None:
+    tracing_on = (bus.tfs.root / "tracing_on").read_text()
+    a = Subscription([CPU.name], wait=False, tracefs=bus.tfs)
+    b = Subscription([CPU.name], wait=False, tracefs=bus.tfs)
     try:
         assert reg.enabled
         for i in range(50):
@@ -66,13 +77,12 @@ def test_two_subscriptions_each_get_every_record(tracefs, ue):
         a.close()
         b.close()
     assert not reg.enabled
-    assert (tracefs.root / "tracing_on").read_text() == tracing_on
+    assert (bus.tfs.root / "tracing_on").read_text() == tracing_on
 
 
-def test_subscribe_live_keeps_fields_and_metadata_apart(ue):
+def test_subscribe_live_keeps_fields_and_metadata_apart(reg: EventHandle) -> None:
     """The public API on live tracepoints: ``r["cpu"]`` is the event's field, ``r.meta``
     where the record was written; closing the iterator releases the event."""
-    reg = _register(ue)
     writer: list[int] = []
     done = threading.Event()
 
@@ -118,16 +128,15 @@ def test_subscribe_live_keeps_fields_and_metadata_apart(ue):
     assert not reg.enabled
 
 
-def test_lost_records_are_counted(tracefs, ue):
+def test_lost_records_are_counted(bus: Bus, reg: EventHandle) -> None:
     """A full ring's drops are counted. One CPU writes every record: the kernel reports a
     ring's loss (PERF_RECORD_LOST) in that ring, at its first write once space frees up, so
     a writer that moved to another CPU before its last write leaves the loss unreported
     until that CPU writes again (seen once in the VM: lost 0)."""
-    reg = _register(ue)
     cpus = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(cpus)})
     try:
-        with Subscription([CPU.name], wait=False, tracefs=tracefs, ring_pages=1) as sub:
+        with Subscription([CPU.name], wait=False, tracefs=bus.tfs, ring_pages=1) as sub:
             written = sum(bool(reg.write(_row(i))) for i in range(2000))
             assert written == 2000, f"{written} of 2000 writes went out"
             got = _drain(sub, 2000, timeout=3)  # one page holds far fewer: the rest dropped
@@ -144,14 +153,14 @@ def test_lost_records_are_counted(tracefs, ue):
         os.sched_setaffinity(0, cpus)
 
 
-def test_no_wait_without_agent_is_one_line(tracefs):
+def test_no_wait_without_agent_is_one_line(bus: Bus) -> None:
     p = subprocess.run([sys.executable, "-m", "rezolus_ue", "tail", "--no-wait"], cwd=ROOT,
                        capture_output=True, text=True, timeout=scaled(120))
     assert p.returncode == 1
     assert p.stderr.count("\n") == 1 and "rezolus-ue run" in p.stderr, p.stderr
 
 
-def test_tail_waits_for_the_agent_then_prints_json(tracefs):
+def test_tail_waits_for_the_agent_then_prints_json(bus: Bus) -> None:
     tail = subprocess.Popen(
         [sys.executable, "-m", "rezolus_ue", "tail", CPU.name, "--format", "json",
          "--count", "4"],
@@ -184,13 +193,13 @@ def _waiting(p: subprocess.Popen) -> bool:
     return bool(r)
 
 
-def test_top_in_tmux_with_a_live_agent(tracefs):
+def test_top_in_tmux_with_a_live_agent(bus: Bus) -> None:
     """The full-screen UI end to end: agent running, keys sent, screen captured."""
     from .tmux import tmux_session
 
     agent = AgentProcess("--interval", "500ms")
     try:
-        agent.wait_registered(tracefs)
+        agent.wait_registered(bus)
         with tmux_session(f"cd {ROOT} && {sys.executable} -m rezolus_ue top --interval 1s",
                           100, 30) as t:
             # A frame with data: the agent's pid in the header, memory and CPU rows.

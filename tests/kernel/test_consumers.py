@@ -1,11 +1,15 @@
 """Concurrent consumers beside a loaded agent: each receives every record, and each exits
 cleanly (no traceback, no "Exception ignored") on SIGINT, SIGTERM or a closed pipe.
 
+These run on this host, on whichever transport the agent's ``transport = "auto"`` takes on
+its kernel (uprobe events here, user_events where the kernel has them): the consumers are
+the same on both.
+
 Every consumer is a subprocess of the installed CLI, started as a user would. Counts are
 compared over a window bounded by two pauses of the agent (SIGSTOP: nothing is written
 while it is stopped), each marked by a sentinel ``rezolus_agent`` record that this test
-writes itself with a pid no process has. So "every record" is checked exactly, record for
-record, however slow the machine: no time-based tolerance.
+writes itself into the agent's tracepoint, with a pid no process has. So "every record" is
+checked exactly, record for record, however slow the machine: no time-based tolerance.
 """
 
 from __future__ import annotations
@@ -29,16 +33,15 @@ import pytest
 from waiting import running, scaled
 
 from rezolus_ue.agent import read_status
-from rezolus_ue.linux.user_events import UserEventsData
 from rezolus_ue.schema import AGENT
 
-from .conftest import wait_for
+from .conftest import Bus, wait_for
 from .test_agent_e2e import AgentProcess, without_bpf
 from .tmux import tmux_session
 
-pytestmark = pytest.mark.kernel
-#: Generous: under the VM's emulated CPU with a CPU hog, a consumer's start-up (Python
-#: imports, one perf event per event and CPU) has taken minutes.
+pytestmark = pytest.mark.live
+#: Generous: beside a CPU hog on an emulated CPU, a consumer's start-up (Python imports,
+#: one perf event per event and CPU) has taken minutes. It only bounds a failure.
 SLOW = 900.0
 #: Publishes of the real agent inside the counted window.
 PUBLISHES = 3
@@ -107,9 +110,9 @@ def loaded_agent(hogged_agent: AgentProcess) -> Iterator[AgentProcess]:
 
 
 @pytest.fixture(scope="module")
-def hogged_agent(tracefs, tmp_path_factory) -> Iterator[AgentProcess]:
+def hogged_agent(bus: Bus, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentProcess]:
     """The agent (procfs samplers, 1 s publishes) beside a CPU hog on every CPU: one for
-    the module (under the VM's emulated CPUs its start is most of a test's time)."""
+    the module (its start-up is a large part of a test's time)."""
     tmp_path = tmp_path_factory.mktemp("loaded")
     hog_bin = shutil.which("stress-ng")
     if hog_bin is None:
@@ -118,7 +121,7 @@ def hogged_agent(tracefs, tmp_path_factory) -> Iterator[AgentProcess]:
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     agent = AgentProcess("--config", str(without_bpf(tmp_path)), "--interval", "1s")
     try:
-        agent.wait_registered(tracefs)
+        agent.wait_registered(bus)
         # status.json is written once start() registered every sampler's events.
         wait_for(lambda: (read_status() or {}).get("pid") == agent.proc.pid, timeout=SLOW,
                  step=0.5)
@@ -144,19 +147,19 @@ def resume(agent: AgentProcess) -> None:
 
 
 class Sentinel:
-    """Writes ``rezolus_agent`` records of its own (same name and format as the agent's)."""
+    """Writes ``rezolus_agent`` records of its own into the agent's tracepoint (same name
+    and format), so every consumer reads them in the agent's stream."""
 
-    def __init__(self, tracefs) -> None:  # type: ignore[no-untyped-def]
-        self._data = UserEventsData(tracefs.root)
-        self._reg = self._data.register(AGENT.name_args)
+    def __init__(self, bus: Bus) -> None:
+        self._writer = bus.writer(AGENT)
 
     def write(self, mark: int) -> bool:
         """Write a record with pid ``mark``; return False while no consumer listens."""
         values = [mark if n == "pid" else 0 for n in AGENT.field_names]
-        return self._reg.enabled and self._reg.write(AGENT.pack(*values))
+        return self._writer.enabled and self._writer.write(AGENT.pack(*values))
 
     def close(self) -> None:
-        self._data.close()
+        self._writer.close()
 
 
 def marked(records: list[dict], mark: int) -> list[dict]:
@@ -187,8 +190,10 @@ def run_window(agent: AgentProcess, sentinel: Sentinel, tails: list[Consumer],
     reads the marks, mark, let the agent publish PUBLISHES times, pause, mark again.
 
     Each mark is written while the agent is stopped, and read by every consumer (the
-    tails' output, and ``seen``) before the test goes on. The consumers start with the
-    agent paused so that no backlog of their start-up (minutes under emulation) is in
+    tails' output, and ``seen``) before the test goes on. Greeting repeats until each
+    consumer read one: a consumer opens its per-CPU events one by one, and only once all
+    are open does a mark reach it from whichever CPU writes it. The consumers start with the
+    agent paused so that no backlog of their start-up (minutes under load) is in
     their rings when the window opens: the window's few publishes must fit there, however
     far a starved consumer falls behind inside it. ``showed`` says, on a timeout, what the
     consumers behind ``seen`` last showed.
@@ -224,14 +229,13 @@ def run_window(agent: AgentProcess, sentinel: Sentinel, tails: list[Consumer],
             pause(agent)
 
 
-def test_consumers_exit_quietly_while_waiting_for_the_agent(tracefs, tmp_path):
+def test_consumers_exit_quietly_while_waiting_for_the_agent(bus: Bus,
+                                                           tmp_path: Path) -> None:
     """No agent: tail, record and exporter wait for it; SIGINT or SIGTERM ends each with
     its one waiting line and nothing else. First in the module: the loaded agent the
     later tests share (module-scoped) must not have started yet."""
-    ours = lambda: [e for e in tracefs.user_events_status().events  # noqa: E731
-                    if e.startswith("rezolus_")]
-    wait_for(lambda: not ours(), timeout=120, step=0.5, seen=ours,
-             what="no rezolus_* event registered (no agent running)")
+    wait_for(lambda: not bus.ours(), timeout=120, step=0.5, seen=bus.ours,
+             what=f"no rezolus_* event on {bus} (no agent running)")
     port = _free_port()
     runs = [(Consumer(tmp_path, "tail", "tail"), signal.SIGINT),
             (Consumer(tmp_path, "record", "record", str(tmp_path / "r.rzr")), signal.SIGTERM),
@@ -251,7 +255,7 @@ def test_consumers_exit_quietly_while_waiting_for_the_agent(tracefs, tmp_path):
 
 
 def test_two_tails_started_together_under_load_each_get_every_record(
-        tracefs, loaded_agent, tmp_path):
+        bus: Bus, loaded_agent: AgentProcess, tmp_path: Path) -> None:
     """Two `tail` started at once beside a loaded agent both print every record.
 
     Seen on the loaded 2-CPU VM before: once the first printed 278 records and the second
@@ -261,14 +265,13 @@ def test_two_tails_started_together_under_load_each_get_every_record(
     """
     pause(loaded_agent)
     tails = [Consumer(tmp_path, f"tail{i}", "tail", "--format", "json") for i in (1, 2)]
-    sentinel = Sentinel(tracefs)
+    sentinel = Sentinel(bus)
     try:
         run_window(loaded_agent, sentinel, tails)
         a, b = (window(c.records()) for c in tails)
         assert a == b, f"the tails differ: {a - b} / {b - a}"
         assert a[AGENT.name] > PUBLISHES, a  # the agent's own, and the closing mark
-        registered = {e for e in tracefs.user_events_status().events if e.startswith("rezolus_")}
-        assert set(a) <= registered
+        assert set(a) <= set(bus.ours())
         assert_clean_exit(tails[0], signal.SIGINT)
         assert_clean_exit(tails[1], signal.SIGTERM)
     finally:
@@ -280,7 +283,8 @@ def test_two_tails_started_together_under_load_each_get_every_record(
 class Perf:
     """``perf record -a`` of every rezolus event, enabled on request and acknowledged."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, group: str) -> None:
+        self.group = group
         perf = shutil.which("perf")
         if perf is None:
             pytest.skip("perf is not installed (Debian: linux-perf)")
@@ -290,7 +294,7 @@ class Perf:
         self.log = tmp / "perf.log"
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [perf, "record", "-q", "-e", "user_events:rezolus_*", "-a",
+                [perf, "record", "-q", "-e", f"{group}:rezolus_*", "-a",
                  "-o", str(self.data), "-D", "-1",
                  "--control", f"fifo:{ctl},{ack}"],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -316,7 +320,7 @@ class Perf:
                                 capture_output=True, text=True, timeout=SLOW)
         assert script.returncode == 0, script.stderr
         assert "lost" not in self.log.read_text().lower(), self.log.read_text()
-        return Counter(re.findall(r"user_events:(rezolus_\w+)", script.stdout))
+        return Counter(re.findall(rf"{self.group}:(rezolus_\w+)", script.stdout))
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -343,8 +347,8 @@ def scrape(port: int) -> tuple[Counter, int | None, int | None]:
             int(float(lost.group(1))) if lost else None)
 
 
-def test_four_consumers_beside_perf_each_receive_every_record(tracefs, loaded_agent,
-                                                              tmp_path):
+def test_four_consumers_beside_perf_each_receive_every_record(
+        bus: Bus, loaded_agent: AgentProcess, tmp_path: Path) -> None:
     """Two `tail`, a `record` and an `exporter` beside `perf record -a`, on a loaded
     machine: for each, the records of each event in the window equal perf's, exactly."""
     port = _free_port()
@@ -359,8 +363,8 @@ def test_four_consumers_beside_perf_each_receive_every_record(tracefs, loaded_ag
     exporter = Consumer(tmp_path, "exporter", "exporter", "--listen", f"127.0.0.1:{port}",
                         "--stale", "1000")
     consumers = [*tails, recorder, exporter]
-    sentinel = Sentinel(tracefs)
-    perf = Perf(tmp_path)
+    sentinel = Sentinel(bus)
+    perf = Perf(tmp_path, bus.group)
     base: dict[int, Counter] = {}
     served: dict[str, object] = {}
 
@@ -411,8 +415,8 @@ def test_four_consumers_beside_perf_each_receive_every_record(tracefs, loaded_ag
             c.kill()
 
 
-def test_tail_exits_quietly_on_a_closed_pipe_and_repeated_ctrl_c(tracefs, loaded_agent,
-                                                                tmp_path):
+def test_tail_exits_quietly_on_a_closed_pipe_and_repeated_ctrl_c(
+        loaded_agent: AgentProcess, tmp_path: Path) -> None:
     """`tail | head -1`, and Ctrl-C pressed again and again while tail closes."""
     head = subprocess.Popen([_cli(), "tail", "--format", "json"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
@@ -441,7 +445,7 @@ def test_tail_exits_quietly_on_a_closed_pipe_and_repeated_ctrl_c(tracefs, loaded
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_top_exits_quietly_on_a_signal(tracefs, loaded_agent, sig):
+def test_top_exits_quietly_on_a_signal(loaded_agent: AgentProcess, sig: int) -> None:
     """The full-screen view in a terminal (tmux), stopped by Ctrl-C or SIGTERM: the
     terminal is restored and nothing but the shell's own line follows."""
     with tmux_session(f"{_cli()} top --interval 1s; echo EXIT=$?; sleep 3600", 100, 30) as tm:

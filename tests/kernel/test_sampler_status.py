@@ -4,7 +4,9 @@ The agent runs as a user would run it (a subprocess, the shipped configs/default
 with one change: the cgroup sampler's root is a small cgroup v2 tree of our own. Once the
 exporter (a consumer of every cheap event) has the sampler running, its cpu.stat is corrupted in
 place, so each walk of the hierarchy (every 10 s) raises: the sampler is "failed", with
-its error and a growing count, while the others go on.
+its error and a growing count, while the others go on. It runs on this host's kernel,
+whose tracepoints the consumers read through whichever transport ``transport = "auto"``
+takes (uprobe events without user_events; the ``bus`` fixture).
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ from waiting import scaled
 from rezolus_ue.agent import read_status
 from rezolus_ue.consume.subscription import Subscription
 
-from .conftest import wait_for
+from .conftest import Bus, wait_for
 from .test_agent_e2e import ROOT, AgentProcess
 from .tmux import tmux_session
 
-pytestmark = pytest.mark.kernel
+pytestmark = pytest.mark.live
 FAILING = "cgroup"
 ERROR = "ValueError: invalid literal for int() with base 10: b'oops'"
 
@@ -68,7 +70,8 @@ def metric(text: str, name: str, **labels: str) -> float | None:
     return None
 
 
-def test_a_failing_sampler_is_named_with_its_error_and_count_everywhere(tracefs, tmp_path):
+def test_a_failing_sampler_is_named_with_its_error_and_count_everywhere(
+        bus: Bus, tmp_path: Path) -> None:
     cgroups = fake_cgroup_root(tmp_path)
     conf = tmp_path / "config.toml"
     shipped = (ROOT / "configs" / "default.toml").read_text()
@@ -80,13 +83,13 @@ def test_a_failing_sampler_is_named_with_its_error_and_count_everywhere(tracefs,
         [sys.executable, "-m", "rezolus_ue", "exporter", "--listen", "127.0.0.1:0"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        agent.wait_registered(tracefs)
+        agent.wait_registered(bus)
         line = exporter.stderr.readline()  # type: ignore[union-attr]
         m = re.search(r"(http://\S+/metrics)", line)
         assert m, f"exporter said {line!r}"
         url = m.group(1)
         # The exporter consumes every cheap event: the sampler runs (the deadlines are
-        # long for the VM's emulated CPU).
+        # long enough for an emulated CPU).
         wait_for(lambda: sampler_status(FAILING).get("status") == "active", timeout=240,
                  step=0.5)
         corrupt(cgroups / "cpu.stat")
@@ -114,7 +117,7 @@ def test_a_failing_sampler_is_named_with_its_error_and_count_everywhere(tracefs,
         assert m and int(m.group(1)) >= 2, out.stdout
 
         # The published records: rezolus_agent_status names it, with the same error.
-        with Subscription(["rezolus_agent_status"], wait=False, tracefs=tracefs) as sub:
+        with Subscription(["rezolus_agent_status"], wait=False, tracefs=bus.tfs) as sub:
             recs: list = []
 
             def published() -> bool:

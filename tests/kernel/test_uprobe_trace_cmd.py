@@ -3,7 +3,7 @@
 A kernel-tier test, so it runs in the VM: trace-cmd writes /proc/sys/kernel/ftrace_enabled
 before it records anything, and this development machine refuses that write (EPERM) for
 every event, the kernel's own included; the VM's kernel allows it. The rest of the uprobe
-transport's tests are in tests/uprobe/ (on this host, and again in the VM).
+transport's tests are in tests/uprobe/, on this host.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """A real agent process forked from the test process, for the reliability suite.
 
 Forking from the already-imported test process instead of exec'ing a new interpreter
-makes each start cost the agent's own start-up, not Python's and NumPy's imports: under
-the VM's emulated CPU that is the difference between seconds and minutes for 100 starts.
+makes each start cost the agent's own start-up, not Python's and NumPy's imports, 100
+times over in the kill -9 test (and several times slower under the VM's emulated CPU).
 The child runs ``rezolus-ue run`` exactly as the command line does (``cli.main``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -41,6 +42,11 @@ class ForkedAgent:
                 fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 os.dup2(fd, 1)
                 os.dup2(fd, 2)
+                # pytest's capture replaced sys.stdout/stderr and holds the root logger's
+                # handlers: without this the agent's log and tracebacks never reach ``log``.
+                sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+                sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+                logging.root.handlers.clear()
                 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                     signal.signal(s, signal.SIG_DFL)
                 from rezolus_ue import cli

@@ -1,6 +1,11 @@
 """Soak: the agent at 100 ms sampling with a consumer on every event, for N minutes.
 
-Needs a kernel with user_events (run it in the VM):
+Runs as root on this host, through whichever transport the kernel gives the agent
+(uprobe events here, user_events where the kernel has them):
+
+    sudo .venv/bin/python tests/reliability/soak.py --minutes 10
+
+or in the VM, on its user_events:
 
     vng --run ../shared/vmkernel/bzImage --disable-kvm --force-9p --user root \\
         --rwdir="$PWD" --exec ".venv/bin/python tests/reliability/soak.py --minutes 10"

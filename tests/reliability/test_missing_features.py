@@ -3,8 +3,8 @@ with its reason. Each condition is real, not simulated: a kernel without user_ev
 host's), kernel BTF hidden by a tmpfs over /sys/kernel/btf in a private mount namespace,
 tracefs unmounted in one, no hardware PMU (this host's, and the VM's), and a BPF object the
 verifier rejects (bpf/tests/broken.bpf.c installed in place of a sampler's object).
-The agent's start path and `check`'s are the same (Sampler.start); the VM part of the suite
-runs the agent itself under these conditions (test_missing_features_vm.py).
+The agent's start path and `check`'s are the same (Sampler.start);
+test_missing_features_agent.py runs the agent itself under these conditions.
 """
 
 from __future__ import annotations

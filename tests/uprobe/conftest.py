@@ -1,8 +1,8 @@
 """The uprobe tier: the uprobe transport against a real kernel (root, uprobe_events).
 
-It runs on this host (whose kernel has uprobe events and no user_events), and again in
-the VM (Linux 6.12, which has both) when the kernel tier boots one; every agent here is
-the installed CLI with the shipped default config, ``transport`` forced to ``"uprobe"``.
+It runs on this host (whose kernel has uprobe events and no user_events); every agent
+here is the installed CLI with the shipped default config, ``transport`` forced to
+``"uprobe"``, so the tier runs the same on a kernel that also has user_events.
 """
 
 from __future__ import annotations
