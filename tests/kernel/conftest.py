@@ -1,6 +1,20 @@
 """Fixtures for tests against a real kernel (see tests/conftest.py): ``tracefs`` for tests
 of user_events itself, ``bus`` for tests above the transport, which run on whichever the
-agent takes on this kernel."""
+agent takes on this kernel (the ``live`` tier: on this host, uprobe events).
+
+The ``kernel`` tier keeps only what needs the test kernel (in the VM on this host):
+
+* user_events itself: its ABI (test_user_events_abi), the transport end to end under the
+  shipped privileges (test_as_shipped's sudo and unit runs), the docs' user_events forms,
+  ``persist``, ``user_events_data`` modes and BPF seeing no record
+  (test_doc_examples_user_events), the kernel deleting a killed agent's events
+  (reliability/test_kill9);
+* hooks this host lacks: kprobes and fentry (test_tcp_traffic, the function-hook check
+  after the privilege drop in test_bpf_under_the_agents_privileges), null_blk's bad blocks
+  (test_blockio_requests), an older kernel's tracepoint arguments (test_tcp_traffic), and
+  a writable ``ftrace_enabled``, which trace-cmd needs (test_uprobe_trace_cmd and the
+  README's trace-cmd example).
+"""
 
 from __future__ import annotations
 
