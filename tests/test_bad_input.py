@@ -529,6 +529,7 @@ def test_full_and_read_only_disks_are_one_line_errors(tmp_path: Path, trouble: s
 
 
 @needs_root
+@pytest.mark.host  # the host's tracefs, read while no agent runs
 def test_check_and_events_on_a_tracefs_the_user_cannot_read() -> None:
     from tracefs_tools import find_tracefs
 
