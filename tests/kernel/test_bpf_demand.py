@@ -123,9 +123,12 @@ def test_programs_follow_the_consumer(bus: Bus, tmp_path: Path,
                                 stderr=subprocess.PIPE, text=True)
         wait_for(lambda: bus.consumers(EVENT), timeout=60, step=0.05)
         t0 = time.monotonic()
-        attached = wait_for(lambda: loaded(ours), timeout=2 * INTERVAL_S + SLACK_S, step=0.05)
+        # All three attached (the loader attaches them one by one): one variant (e.g.
+        # rq_btf_*) of each hook: wakeup, wakeup_new, switch.
+        attached = wait_for(lambda: (p if len(p := loaded(ours)) >= 3 else None),
+                            timeout=2 * INTERVAL_S + SLACK_S, step=0.05,
+                            what="the sampler's three programs", seen=lambda: loaded(ours))
         appeared_s = time.monotonic() - t0
-        # One variant (e.g. rq_btf_*) of each hook: wakeup, wakeup_new, switch.
         assert len(attached) == 3 and len({n.split("_")[1] for n in attached}) == 1, attached
         # status.json is written at the end of the agent's tick that attached them.
         wait_for(lambda: sampler_row(capsys) == ["active", "attached"], timeout=60)
