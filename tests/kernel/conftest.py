@@ -30,7 +30,7 @@ from waiting import wait_for  # noqa: F401 - the kernel tests' wait, re-exported
 
 from rezolus_ue.linux.uprobe_stub import Stub, stub_path
 from rezolus_ue.linux.user_events import UserEventsData
-from rezolus_ue.publisher import Stats, UprobeHandle, owned_uprobes
+from rezolus_ue.publisher import Stats, UprobeHandle, choose_transport, owned_uprobes
 from rezolus_ue.schema import GROUPS, EventSchema
 from tracefs_tools import Tracefs, UprobeEvents, find_tracefs
 
@@ -56,7 +56,7 @@ class Bus:
 
     def __init__(self, tfs: Tracefs) -> None:
         self.tfs = tfs
-        self.transport = "user_events" if tfs.has_user_events else "uprobe"
+        self.transport, _why = choose_transport(tfs.root)
         self.group = GROUPS[self.transport]
         self._stub: Stub | None = None
 

@@ -83,9 +83,13 @@ class Shell:
         RAN.add((f"{Path(path).name}::{test}", key))
         text = as_run or key
         if self.uprobe:
-            text = re.sub(r"\buser_events:(?=rezolus_)", f"{self.bus.group}:", text)
-            text = text.replace("events/user_events/", f"events/{self.bus.group}/")
+            text = self._regroup(text).replace("events/user_events/",
+                                               f"events/{self.bus.group}/")
         return text
+
+    def _regroup(self, text: str) -> str:
+        """Return ``text`` with the docs' ``user_events:rezolus_*`` naming this group."""
+        return re.sub(r"\buser_events:(?=rezolus_)", f"{self.bus.group}:", text)
 
     def claims(self, e: d.Example) -> tuple[str, ...]:
         """Return the output lines ``e``'s docs show, in the form this transport prints.
@@ -103,7 +107,7 @@ class Shell:
         for c in e.claims:
             if e.key == "sudo rezolus-ue check" and c.startswith("PASS  user_events:"):
                 continue  # docs/kernels.md shows an uprobe kernel's lines, added below
-            c = re.sub(r"\buser_events:(?=rezolus_)", f"{self.bus.group}:", c)
+            c = self._regroup(c)
             if tracer:
                 c = re.sub(r"\b(rezolus_\w+:\s+)(?=\w+=)", r"\1(...) ", c)
                 c = re.sub(r"=0x[0-9a-f.]+ \(([^)]*)\)", r"=\1", c)
