@@ -5,12 +5,12 @@
 Runs on this host's real /proc and /sys. user_events is not needed: every sampler runs
 as in the agent, with every event "enabled" and each record written with ``writev`` to
 /dev/null (what a user_events write costs is measured by bench/publish.py). Prints figures;
-asserts nothing. Targets (issue 3): agent CPU <= 1% of one core with every procfs, sysfs,
+asserts nothing. Targets: agent CPU <= 1% of one core with every procfs, sysfs,
 netlink and perf sampler active at the default config, every event enabled (``_dist`` ones
 too) at 100 ms sampling / 1 s publishing (the perf counters' ``oversample`` option is off by
 default; a line with it on follows); <= 0.5x the CPU of prometheus-node-exporter serving
 the same collectors (cpu, meminfo, diskstats, netdev) scraped at the same rate. The BPF
-samplers' cost is printed too, apart (their target is issue 4's: bench/overhead.py).
+samplers' cost is printed too, apart (their targets are bench/overhead.py's).
 
 The machine may be shared: the load average is printed before and after, and figures are
 only comparable between runs at a similar load. On a 2-vCPU VM every read and parse costs
@@ -44,8 +44,8 @@ from rezolus_ue.samplers.bpf_sampler import BpfSampler  # noqa: E402
 #: Our samplers that do what node_exporter's cpu, meminfo, diskstats and netdev do.
 NODE_EQUIVALENT = ("cpu_usage", "memory", "blockio", "network")
 NODE_COLLECTORS = ("cpu", "meminfo", "diskstats", "netdev")
-#: Issue 3's target covers the samplers that read procfs, sysfs, netlink and perf counters
-#: (not the BPF ones, whose cost is issue 4's).
+#: The CPU target covers the samplers that read procfs, sysfs, netlink and perf counters
+#: (not the BPF ones, measured by bench/overhead.py).
 #: Samplers left out (comma-separated names): bench/revisions.py compares two revisions on
 #: the samplers both have.
 SKIP = set(filter(None, os.environ.get("REZOLUS_UE_BENCH_SKIP", "").split(",")))

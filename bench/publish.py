@@ -3,7 +3,7 @@
     python bench/publish.py                 # on this kernel (writes need user_events)
     python bench/publish.py --vm BZIMAGE    # the same inside a VM booted with virtme-ng
 
-Prints figures; asserts nothing. Targets (issue 2): a disabled check <= 100 ns on the host;
+Prints figures; asserts nothing. Targets: a disabled check <= 100 ns on the host;
 an enabled write <= 3x a same-sized ``os.writev`` to /dev/null measured in the same run
 (the VM runs under software emulation, so only the ratio means anything there).
 """

@@ -5,7 +5,7 @@
 Checks each revision out into a temporary worktree and runs *that revision's*
 ``bench/collect.py`` there, alternating BEFORE, AFTER, BEFORE, ... so that both see the
 same machine load; prints each round's "agent CPU" figures and the medians with their
-ratio (AFTER / BEFORE). A refactor that must not change the cost (issue 14) is within noise
+ratio (AFTER / BEFORE). A refactor that must not change the cost is within noise
 when the ratio's spread across rounds covers 1.0. Asserts nothing.
 """
 

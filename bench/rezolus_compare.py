@@ -82,7 +82,7 @@ REZOLUS_SOURCES: dict[str, tuple[str, ...]] = {
 #: passes ``-I src/agent/bpf/<dir>``; its sources include ``../../../agent/bpf/*.h``
 #: relative to that directory, and ``<vmlinux.h>``, which ours shadows).
 REZOLUS_ARCH_DIR = {"x86": "x86_64", "arm64": "aarch64"}
-#: The workloads the floor is the goal for (issue 16): those whose cost is syscalls' and
+#: The workloads the floor is the goal for: those whose cost is syscalls' and
 #: context switches'. The io workload's is mostly block_rq_issue's (ours against
 #: Rezolus's is its comparison: "ours / rezolus").
 FLOOR_GOAL = ("messaging", "syscall")

@@ -1,6 +1,6 @@
 """Cost of collecting as the host grows: every procfs/sysfs/netlink/cgroup sampler against
 synthetic fixture trees of 2 to 256 CPUs, 1 to 64 block devices, 2 to 64 network
-interfaces and 10 to 5,000 cgroups (issue 16).
+interfaces and 10 to 5,000 cgroups.
 
     python bench/scale.py [--quick] [--seconds 10] [--against REV] [--only-before-after]
 
@@ -28,11 +28,11 @@ size a kernel sends: the decoding is measured, the dump is not), and the perf co
 samplers (perf_event_open per CPU, no fixture root; bench/collect.py measures them on
 the host). BPF samplers are bench/overhead.py's. Asserts nothing.
 
-Before/after (the last section) measures, in turn and in one run, the samplers issue 16
-fixed and the paced agent as they were before the fixes (``old_code``, ``BEFORE``) and as
-they are; ``--against REV`` adds REV's code (checked out in a temporary worktree and
-measured by this script in a process of its own, as bench/top.py does) in each round: a
-change's before/after.
+Before/after (the last section) measures, in turn and in one run, the samplers whose
+parsing was rewritten for large hosts and the paced agent as they were before
+(``old_code``, ``BEFORE``) and as they are; ``--against REV`` adds REV's code (checked
+out in a temporary worktree and measured by this script in a process of its own, as
+bench/top.py does) in each round: a change's before/after.
 """
 
 from __future__ import annotations
@@ -483,7 +483,7 @@ def fake_ns(s: Sampler) -> int:
     return fake.spent_ns if fake is not None else 0
 
 
-# --- before the fixes of issue 16, for before/after in one run -----------------------------
+# --- the large-host parsers as they were, for before/after in one run -------------------
 
 class LineInterrupts:
     """cpu_interrupts' parse before InterruptsReader: the line-by-line parse, every read."""

@@ -4,7 +4,7 @@
                         [--against REV [--rounds 3]] [--profile]
 
 Builds realistic records (packed and decoded through the real schemas, as the subscription
-delivers them) for a machine of N CPUs and M cgroups (``--hosts CPUS:CGROUPS``; issue 16's
+delivers them) for a machine of N CPUs and M cgroups (``--hosts CPUS:CGROUPS``; the
 goal is the 128-CPU, 500-cgroup Kubernetes node) with 4 disks, 4 interfaces, 12 sampler
 histograms and statuses (one unavailable) and PSI, and times per frame (median over
 ``--frames``):

@@ -1,4 +1,4 @@
-"""Bad input loses nothing and destroys nothing (issue #17), case by case.
+"""Bad input loses nothing and destroys nothing, case by case.
 
 Each case is one thing a hostile or unlucky user does; the seeded campaigns that try
 thousands of variations are in tests/reliability/test_fuzz.py. Costs are asserted as

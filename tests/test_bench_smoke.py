@@ -114,6 +114,8 @@ def test_all_extracts_figures_and_renders_the_table() -> None:
                       "ratio write / devnull                        1.95 x   (target <= 3x)\n",
         "top": "   64      50  200x60      900   1.00ms   2.00ms   3.00ms   6.00ms     0.60%\n"
                "  128     500  200x60     1800   2.00ms   3.00ms   4.00ms   9.00ms     0.90%\n",
+        "overhead": "CPU time of the workload's processes (user + system):\n"
+                    "slowdown (cpu): ours +12.4% (+0.3 points above the floor; goal <= 3: met)\n",
     }
     rows = {f.name: v for f, v in all_.extract(outputs)}
     assert rows["disabled check (enable-word read + branch)"] == "35.2 ns"
@@ -121,10 +123,12 @@ def test_all_extracts_figures_and_renders_the_table() -> None:
     assert rows["top: one frame, 64 CPUs, 200x60 (ingest + render + draw)"] == "6.00 ms"
     assert rows["top: one frame, 128 CPUs, 500 cgroups, 200x60"] == "9.00 ms"
     assert rows["agent CPU, no consumer"] == "not run"
+    assert rows["the same, above the do-nothing floor measured beside it"] == "+0.3 points"
     no_vm = {f.name: v for f, v in all_.extract({"publish": outputs["publish"]})}
     assert no_vm["enabled write / same-size writev to /dev/null (in the VM)"] == (
         "not run (needs --vm BZIMAGE)")
-    text = all_.render(outputs, {"publish": 1.0, "publish_vm": 9.0, "top": 2.0}, ["--quick"],
+    text = all_.render(outputs, {"publish": 1.0, "publish_vm": 9.0, "top": 2.0, "overhead": 3.0},
+                       ["--quick"],
                        (0.5, 0.25, 0.125))
     assert "| publish | disabled check (enable-word read + branch) | 35.2 ns | <= 100 ns |" in text
     assert "Linux" in text and "## top (2 s, " in text

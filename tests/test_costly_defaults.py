@@ -1,4 +1,4 @@
-"""Consumers subscribe to cheap events unless the user asks (issue 16, section 4): what
+"""Consumers subscribe to cheap events unless the user asks: what
 ``tail`` and ``record`` hand the subscription, with and without ``--costly`` or patterns.
 ``top`` and ``exporter`` are covered in their own tests. In-process: the subscription is
 a stand-in that records what it was asked for."""

@@ -120,7 +120,7 @@ def test_bad_values_exit_with_a_message_not_a_traceback(
     assert argv[-1] in err or "--interval" in err or "-s" in err
 
 
-# --- configs: a seeded campaign of hostile lines (issue #17) -------------------------------
+# --- configs: a seeded campaign of hostile lines ------------------------------------------
 
 _FRAGMENTS = [" " * 3000, "\t" * 500, "[" * 200, "]" * 200, "=" * 100, '"' * 101, "'", ".",
               "agent", "samplers", "publish_interval", "a" * 5000, "\\", "#", "{", "}",
@@ -156,7 +156,7 @@ def test_hostile_config_lines_fail_in_one_line_in_linear_time(tmp_path: Path) ->
         assert spent < 100 * per_byte * len(text) + 0.5, (seed, spent, len(text))
 
 
-# --- recordings: seeded campaigns (issue #17) ----------------------------------------------
+# --- recordings: seeded campaigns ---------------------------------------------------------
 #
 # Each campaign is a fixed number of seeded mutations: reproducible, and bounded in time
 # whatever the machine. A failure names the seed and case: rerun with it to debug.
