@@ -467,9 +467,13 @@ def read_status(runtime_dir: Path = RUNTIME_DIR) -> dict | None:
     """Return the running agent's sampler status, or None if no agent is running."""
     try:
         doc = json.loads((runtime_dir / "status.json").read_text())
-        os.kill(int(doc["pid"]), 0)
+        pid = int(doc["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        os.kill(pid, 0)
     except PermissionError:
         return doc  # alive, but another user's (e.g. root's): still the running agent
-    except (OSError, ValueError, KeyError, TypeError):
+    except OSError:
         return None
     return doc

@@ -44,6 +44,11 @@ class SamplerUnavailable(RezolusError):
         self.reason = reason
 
 
+class TracepointBusy(RezolusError):
+    """The kernel refused a reader of a tracepoint that another kind of reader holds: a
+    uprobe event is read by ftrace or by perf_event_open, not both at once (EINTR)."""
+
+
 class EventConflict(RezolusError):
     """An event of the same name is already registered with another format (EADDRINUSE)."""
 

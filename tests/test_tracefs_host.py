@@ -120,3 +120,37 @@ def test_permission_denied_for_nobody(tracefs):
     if code == 3:
         pytest.skip(f"{tracefs.root} is readable by uid {NOBODY} on this host")
     assert code == 0, f"child exited {code} (2: other exception, 4: message lacks remedy)"
+
+
+def test_enabled_in_names_each_buffer(tracefs, instance):
+    other = f"{instance}_b"
+    tracefs.create_instance(instance)
+    tracefs.create_instance(other)
+    try:
+        assert instance not in tracefs.enabled_in("sched", "sched_switch")
+        tracefs.enable("sched", "sched_switch", instance=instance)
+        where = tracefs.enabled_in("sched", "sched_switch")
+        assert instance in where and other not in where
+        tracefs.enable("sched", "sched_switch", instance=other)
+        assert {instance, other} <= set(tracefs.enabled_in("sched", "sched_switch"))
+        tracefs.remove_instance(instance)
+        assert instance not in tracefs.enabled_in("sched", "sched_switch")
+    finally:
+        tracefs.remove_instance(other)
+    assert tracefs.enabled_in("sched", "tracefs_tools_nope") == []
+
+
+def test_enabled_in_takes_a_vanishing_event_or_instance_in_its_stride(tmp_path):
+    # A fixture tree: the top level and instance "a" enable the event, "b" has lost it
+    # (removed between the listing and the read), "c" is an instance being removed.
+    for base, state in ((tmp_path, "1\n"), (tmp_path / "instances" / "a", "1*\n")):
+        d = base / "events" / "rezolus_ue" / "rezolus_memory"
+        d.mkdir(parents=True)
+        (d / "enable").write_text(state)
+    (tmp_path / "instances" / "b" / "events" / "rezolus_ue").mkdir(parents=True)
+    (tmp_path / "instances" / "c").mkdir()
+    tfs = Tracefs(tmp_path)
+    assert tfs.enabled_in("rezolus_ue", "rezolus_memory") == [None, "a"]
+    (tmp_path / "events" / "rezolus_ue" / "rezolus_memory" / "enable").write_text("0\n")
+    assert tfs.enabled_in("rezolus_ue", "rezolus_memory") == ["a"]
+    assert tfs.enabled_in("rezolus_ue", "rezolus_cpu_usage") == []

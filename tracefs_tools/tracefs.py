@@ -148,6 +148,19 @@ class Tracefs:
         text = self._read(path, self._event_missing(group, name, instance))
         return text.startswith("1")
 
+    def enabled_in(self, group: str, name: str) -> list[str | None]:
+        """Return where ftrace has the event enabled: None for the top-level buffer, then
+        each instance's name, sorted; an event or instance removed meanwhile is not an
+        error, it is simply not there."""
+        where: list[str | None] = []
+        for instance in (None, *self.instances()):
+            try:
+                if self.is_enabled(group, name, instance=instance):
+                    where.append(instance)
+            except EventNotFound:
+                continue
+        return where
+
     def enable(self, group: str, name: str, instance: str | None = None) -> None:
         """Enable the event in the instance (top level if None)."""
         path = self._event_path(group, name, "enable", instance=instance)

@@ -24,23 +24,32 @@ import fnmatch
 import logging
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 from tracefs_tools import EventFormat, Tracefs, TracefsError, find_tracefs
 
-from ..errors import ConfigError, KernelFeatureMissing, PermissionDenied, RezolusError
+from ..errors import (
+    ConfigError,
+    KernelFeatureMissing,
+    PermissionDenied,
+    RezolusError,
+    TracepointBusy,
+)
 from ..linux.perf_ring import TracepointRings
 from ..metrics.h2 import sparse_from_text
 from ..schema import EVENTS, cheap
 from ..schema import GROUPS as TRANSPORT_GROUPS
+from .readiness import Verdict, Watch
 from .records import Record
 
 log = logging.getLogger("rezolus_ue")
 #: Where our events may be: both transports' groups, user_events first.
 GROUPS = tuple(TRANSPORT_GROUPS.values())
 UPROBE_GROUP = TRANSPORT_GROUPS["uprobe"]
-#: How often to look for newly registered events.
-RESCAN_S = 2.0
+#: How often to look at the agent and for newly registered events: a consumer says within
+#: this long what it waits for, and subscribes within it to what appears.
+LOOK_S = 1.0
 #: Data pages of each CPU's ring (4 KiB each): perf record's default, 512 KiB, which
 #: kernel.perf_event_mlock_kb allows per CPU without CAP_IPC_LOCK. It holds many publish
 #: intervals of every event, so a consumer starved of CPU for a while catches up instead
@@ -82,7 +91,13 @@ class Subscription:
 
     def __init__(self, events: Sequence[str] | None = None, *, wait: bool = True,
                  tracefs: Tracefs | None = None, ring_pages: int = RING_PAGES,
-                 on_wait=None) -> None:  # type: ignore[no-untyped-def]
+                 on_state: Callable[[str], None] | None = None, lazy: bool = False,
+                 runtime_dir: Path | None = None) -> None:
+        """``wait``: block until records can come (saying why they cannot yet), else raise
+        a RezolusError saying why. ``lazy``: neither block nor raise; ``state`` says why
+        nothing comes (a full-screen consumer shows it). ``on_state(message)`` hears each
+        change of that answer, and when the agent stops and comes back (default: logged
+        as a warning)."""
         # None is every event: the consumers (top, tail, record, exporter, subscribe())
         # choose their cheap defaults before they get here (``resolve_events``).
         self.wanted = resolve_events(events, costly=True)
@@ -95,29 +110,57 @@ class Subscription:
         self._rings = TracepointRings(ring_pages=ring_pages)
         self._subs: dict[tuple[str, str], int] = {}  # (group, event) -> tracepoint id
         self._formats: dict[int, tuple[str, EventFormat, bool]] = {}  # id -> (name, fmt, uprobe)
-        self._next_scan = 0.0
+        self._defined: dict[str, set[str]] = {g: set() for g in GROUPS}
+        self._blocked: dict[str, str] = {}  # event -> where ftrace holds it
+        self._watch = Watch(self.wanted, on_state or _log_state, runtime_dir)
+        self._next_look = 0.0
+        self._last_record = time.monotonic()
         try:
-            self._scan()
-            if not self._subs:
-                if not wait:
-                    raise RezolusError("no rezolus-ue event is registered: is the agent"
-                                       " running? Start it with `sudo rezolus-ue run`")
-                if on_wait is not None:
-                    on_wait()
-                else:
-                    log.warning("waiting for the agent to register events (start it with"
-                                " `sudo rezolus-ue run`; Ctrl-C to give up)")
-                while not self._subs:
-                    time.sleep(1.0)
-                    self._scan()
+            if not (wait or lazy):  # the error says it, once
+                self._watch.on_state = lambda _message: None
+            verdict = self._refresh()
+            self._watch.on_state = on_state or _log_state
+            if lazy:
+                return
+            if not verdict.ready and not wait:
+                raise RezolusError(verdict.message or "no rezolus-ue event is registered")
+            while not verdict.ready:
+                time.sleep(LOOK_S)
+                verdict = self._refresh()
         except BaseException:
             self.close()  # an interrupted wait must not leave perf events to the finalizer
             raise
 
     @property
+    def state(self) -> str | None:
+        """Return why records do not come (or some do not), or None when all is well."""
+        return self._watch.verdict.message
+
+    @property
+    def ready(self) -> bool:
+        """Return whether a subscribed event can bring records (an agent publishes it)."""
+        return self._watch.verdict.ready
+
+    def _refresh(self) -> Verdict:
+        """Look at the agent, subscribe to what it publishes, and judge what comes."""
+        agent = self._watch.see_agent()
+        self._scan(subscribe=agent is not None)
+        quiet = time.monotonic() - self._last_record if self._subs else 0.0
+        # From the end of the look: one slower than LOOK_S (a loaded machine) must not
+        # make every poll look again.
+        self._next_look = time.monotonic() + LOOK_S
+        return self._watch.judge(self._defined, set(self.events), self._blocked, quiet)
+
+    @property
     def events(self) -> list[str]:
         """Return the events currently subscribed."""
         return list(dict.fromkeys(name for _g, name in self._subs))
+
+    @property
+    def groups(self) -> list[str]:
+        """Return the tracepoint groups of the events subscribed: the transports in use
+        (the exporter names them on its page; read from its HTTP threads, hence the copy)."""
+        return list(dict.fromkeys(g for g, _name in tuple(self._subs)))
 
     @property
     def wall_offset_ns(self) -> int:
@@ -129,25 +172,24 @@ class Subscription:
         """Return how many records the kernel dropped because a ring was full."""
         return self._rings.lost
 
-    def _scan(self) -> None:
-        """Subscribe to wanted events that are registered and not yet subscribed.
+    def _scan(self, subscribe: bool = True) -> None:
+        """List our registered events and (``subscribe``) subscribe to the wanted ones
+        not yet subscribed.
 
-        One directory read finds what is registered: the wanted list names every event of
-        every sampler, and those the agent does not publish (disabled, or unavailable
-        here) are looked for again at every rescan.
+        One directory read per group finds what is registered: the wanted list names
+        every event of every sampler, and those the agent does not publish (disabled, or
+        unavailable here) are looked for again at every rescan.
         """
         for group in GROUPS:
             try:
                 present = set(self._tfs.events(group))
             except TracefsError as e:
                 log.debug("cannot list %s events: %s", group, e)
-                continue
-            for name in self.wanted:
+                present = set()
+            self._defined[group] = {n for n in present if n.startswith("rezolus_")}
+            for name in self.wanted if subscribe else ():
                 if (group, name) not in self._subs and name in present:
                     self._subscribe(group, name)
-        # From the end of the scan: a scan slower than RESCAN_S (a loaded machine) must
-        # not make every poll scan again.
-        self._next_scan = time.monotonic() + RESCAN_S
 
     def _subscribe(self, group: str, name: str) -> None:
         try:
@@ -160,11 +202,27 @@ class Subscription:
                 return
         except PermissionDenied:
             raise
+        except TracepointBusy:
+            self._blocked[name] = self._held_by(group, name)
+            return
         except (TracefsError, RezolusError) as e:
             log.debug("cannot subscribe to %s:%s: %s", group, name, e)
             return  # deleted between the listing and the open: next scan
+        self._blocked.pop(name, None)
+        if not self._subs:
+            self._last_record = time.monotonic()  # quiet from the first subscription on
         self._subs[group, name] = fmt.id
         self._formats[fmt.id] = (name, fmt, group == UPROBE_GROUP)
+
+    def _held_by(self, group: str, name: str) -> str:
+        """Return where ftrace has ``name`` enabled, as a path the user can write 0 to."""
+        try:
+            places = self._tfs.enabled_in(group, name)
+        except (TracefsError, AttributeError):
+            places = []
+        paths = [str(self._tfs.path("events", group, name, "enable", instance=i))
+                 for i in places]
+        return ", ".join(paths) or f"{group}:{name}"
 
     def poll(self, timeout_ms: int, settle_ms: int = 0) -> list[Record]:
         """Return the records that arrived, waiting up to ``timeout_ms`` for the first.
@@ -172,12 +230,12 @@ class Subscription:
         ``settle_ms``: once the first arrived, wait this long more before reading, so a
         publish's burst comes back in one batch instead of a wakeup per record.
         """
-        if time.monotonic() >= self._next_scan and len(self.events) < len(self.wanted):
-            self._scan()
+        if time.monotonic() >= self._next_look:
+            self._refresh()
         if not self._subs:
-            time.sleep(timeout_ms / 1000)
+            time.sleep(min(timeout_ms / 1000, LOOK_S))
             return []
-        if self._rings.wait(timeout_ms) and settle_ms > 0:
+        if self._rings.wait(min(timeout_ms, int(LOOK_S * 1000))) and settle_ms > 0:
             time.sleep(settle_ms / 1000)
         return self.drain()
 
@@ -188,6 +246,8 @@ class Subscription:
             rec = self._decode(s.raw, s.time or 0, s.cpu or 0)
             if rec is not None:
                 out.append(rec)
+        if out:
+            self._last_record = time.monotonic()
         return out
 
     def _decode(self, raw: bytes | None, t: int, cpu: int) -> Record | None:
@@ -219,6 +279,10 @@ class Subscription:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _log_state(message: str) -> None:
+    log.warning("%s", message)
 
 
 def _open_tracefs() -> Tracefs:

@@ -137,19 +137,20 @@ class Paced:
         self.src.close()
 
 
-def _subscribe(wait: bool, costly: bool = False) -> Any:
-    """Return a Subscription to ``top_events(costly)``, or None while no agent has
-    registered them."""
-    from ..api import open_source
+def _subscribe(model: Model, costly: bool = False, wait: bool = True) -> Any:
+    """Return a Subscription to ``top_events(costly)`` that never blocks: it subscribes
+    as the agent registers events and sets ``model.waiting`` to why nothing comes. Without
+    ``wait``, raise that reason at once instead."""
+    from .subscription import Subscription
 
-    try:
-        return open_source(None, top_events(costly), wait=False)
-    except RezolusError as e:
-        # Only "nothing registered yet" is worth waiting for; missing kernel features and
-        # permissions are not going to fix themselves.
-        if wait and type(e) is RezolusError:
-            return None
-        raise
+    def note(message: str) -> None:
+        model.waiting = message
+
+    sub = Subscription(top_events(costly), lazy=True, on_state=note)
+    if not wait and not sub.ready:
+        sub.close()
+        raise RezolusError(sub.state or "no rezolus-ue event is registered")
+    return sub
 
 
 def _complete(v: View) -> bool:
@@ -215,7 +216,7 @@ def _run_live(model: Model, ui: UiState, wait: bool, source: str | None = None) 
 
         sub = Paced(open_source(source, TOP_EVENTS))
     else:
-        sub = None if wait else _subscribe(wait, ui.costly)
+        sub = None if wait else _subscribe(model, ui.costly, wait=False)
     console = Console(highlight=False)
     fd = sys.stdin.fileno()
 
@@ -247,7 +248,6 @@ def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: in
     costly = ui.costly
     drawn: tuple = ()
     last_data = time.monotonic()
-    retry = 0.0
     if sub is None:  # the first screen, before subscribing
         size = console.size
         live.update(render_screen(model, size.width, size.height, ui), refresh=True)
@@ -255,11 +255,9 @@ def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: in
         now = time.monotonic()
         keys: list[str] = []
         if sub is None:
-            if now >= retry:
-                sub = subs[0] = _subscribe(True, costly)
-                retry = now + 1.0
-                model.subscribed = ()
-            keys = read_keys(fd, 0.0 if sub else KEY_POLL_MS / 1000)
+            sub = subs[0] = _subscribe(model, costly)
+            model.subscribed = tuple(sub.events)
+            keys = read_keys(fd, 0.0)
         else:
             recs = sub.poll(SETTLE_MS if model.batch_open else KEY_POLL_MS)
             now = time.monotonic()
@@ -282,7 +280,6 @@ def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: in
         elif ui.costly != costly and sub is not None:
             sub.close()  # its perf events go: the agent detaches what no one else needs
             sub = subs[0] = None
-            retry = 0.0
             model.subscribed = None
         costly = ui.costly
         model.interval_ns = int(ui.interval_s * 1e9)
@@ -290,7 +287,7 @@ def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: in
         silent = now - last_data if sub is not None else 0.0
         stale = int(silent) if silent >= max(3 * ui.interval_s, 3.0) else 0
         size = console.size
-        state = (model.frames, size, stale, ui, model.subscribed)
+        state = (model.frames, size, stale, ui, model.subscribed, model.waiting)
         if state != drawn:
             drawn = state
             model.loadavg = None if replay else read_loadavg()

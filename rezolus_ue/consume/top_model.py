@@ -190,6 +190,8 @@ class Model:
         #: Set by the caller: the events subscribed so far (shown while waiting); () while
         #: no agent has registered them, None before the first try.
         self.subscribed: tuple[str, ...] | None = None
+        #: Set by the subscription: why nothing (or not everything) comes, or None.
+        self.waiting: str | None = None
         #: Set by the caller: the 1, 5 and 15 minute load averages (/proc/loadavg).
         self.loadavg: tuple[float, float, float] | None = None
         self._series: dict[tuple, _Series] = {}

@@ -59,6 +59,7 @@ def _header(model: Model, ui: UiState, width: int) -> list[Text]:
     a = v.agent
     if a is None and not v.frame:
         waiting = ("subscribing..." if model.subscribed is None else
+                   "waiting: why, below" if model.waiting else
                    "waiting for the agent (sudo rezolus-ue run)" if not model.subscribed
                    else "waiting for its first records")
         l1.append((0, Text(waiting, "bold yellow")))
@@ -95,7 +96,8 @@ def _header(model: Model, ui: UiState, width: int) -> list[Text]:
     if ui.paused:
         l2.append((0, Text("PAUSED", "bold reverse yellow")))
     if ui.silent_s >= max(3 * ui.interval_s, 3.0) and v.frame:
-        l2.append((0, Text(f"no data for {ui.silent_s:.0f}s", "bold red")))
+        l2.append((0, Text(f"no data for {ui.silent_s:.0f}s"
+                           + (f": {model.waiting}" if model.waiting else ""), "bold red")))
     return [_items(l1, width), _items(l2, width)]
 
 
@@ -209,12 +211,15 @@ def _waiting(model: Model, width: int, ui: UiState) -> list[Text]:
     wanted = top_events(ui.costly)
     if subscribed is None:
         head = f"subscribing to {len(wanted)} events..."
+    elif model.waiting:
+        head = f"waiting: {model.waiting}"
     elif not subscribed:
         head = ("waiting for the agent: none of top's events is registered (start it:"
                 " sudo rezolus-ue run); top subscribes as soon as they are")
     else:
         head = "waiting for the first records from the agent..."
-    out = [Text(head, "bold")]
+    out = [Text(ln, "bold") for ln in textwrap.wrap(head, max(width, 20),
+                                                    subsequent_indent="  ")]
     if subscribed:
         missing = [e for e in wanted if e not in subscribed]
         lines = [f"subscribed to {len(subscribed)} of {len(wanted)} events: "

@@ -28,7 +28,7 @@ import struct
 from dataclasses import dataclass
 from typing import Self
 
-from ..errors import KernelFeatureMissing, PermissionDenied, RezolusError
+from ..errors import KernelFeatureMissing, PermissionDenied, RezolusError, TracepointBusy
 from . import ioctl
 
 # --- enum perf_type_id -------------------------------------------------------------------
@@ -276,6 +276,10 @@ def _open_error(err: int, attr: PerfEventAttr, pid: int, cpu: int) -> RezolusErr
             f"{what}: the kernel knows a smaller perf_event_attr (size {attr.size}) and a "
             "newer field is set"
         )
+    if attr.type == PERF_TYPE_TRACEPOINT and err == errno.EINTR:
+        # trace_uprobe refuses a perf reader while ftrace has the event enabled.
+        return TracepointBusy(f"{what}: the tracepoint is enabled in ftrace, and a uprobe"
+                              " event takes ftrace or perf readers, not both")
     if err == errno.EMFILE:
         return RezolusError(f"{what}: {os.strerror(err)}; raise the open-files limit (ulimit -n)")
     return RezolusError(f"{what}: {os.strerror(err)}")

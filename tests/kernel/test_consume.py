@@ -34,9 +34,17 @@ CPU = S.CPU_USAGE
 
 
 @pytest.fixture
-def reg(bus: Bus) -> Iterator[EventHandle]:
+def reg(bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EventHandle]:
     """The real rezolus_cpu_usage event, published as the agent would (no agent runs: the
-    uprobe publisher deletes an agent's definitions as stale)."""
+    uprobe publisher deletes an agent's definitions as stale). This process is the
+    publisher, and its status file says so: consumers subscribe only while an agent runs."""
+    import json
+
+    import rezolus_ue.agent
+
+    (tmp_path / "status.json").write_text(json.dumps(
+        {"pid": os.getpid(), "transport": bus.transport, "samplers": {}}))
+    monkeypatch.setattr(rezolus_ue.agent, "RUNTIME_DIR", tmp_path)
     pub = open_publisher(bus.tfs.root, "auto")
     try:
         yield pub.register([CPU])[CPU.name]
@@ -182,7 +190,7 @@ def test_tail_waits_for_the_agent_then_prints_json(bus: Bus) -> None:
     lines = [json.loads(ln) for ln in out.splitlines()]
     assert len(lines) == 4
     assert all(d["event"] == CPU.name and set(CPU.field_names) <= d.keys() for d in lines)
-    assert "waiting for the agent" in err
+    assert "no agent is running: start it with `sudo rezolus-ue run`" in err, err
 
 
 def _waiting(p: subprocess.Popen) -> bool:

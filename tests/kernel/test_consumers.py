@@ -243,7 +243,7 @@ def test_consumers_exit_quietly_while_waiting_for_the_agent(bus: Bus,
              signal.SIGINT)]
     try:
         for c, sig in runs:
-            wait_for(lambda c=c: c.alive() and "waiting for the agent" in c.stderr(),
+            wait_for(lambda c=c: c.alive() and "no agent is running" in c.stderr(),
                      timeout=SLOW, step=0.5)
             rc = c.stop(sig)
             err = c.stderr()

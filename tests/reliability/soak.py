@@ -50,7 +50,7 @@ def soak(seconds: float, report_every: float = 60.0,
                               "--sample-interval", "100ms", *extra], cwd=ROOT,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        with Subscription(None, wait=True, on_wait=lambda: None) as sub:
+        with Subscription(None, wait=True, on_state=lambda _message: None) as sub:
             deadline = time.monotonic() + 120
             while len(sub.events) < 10 and time.monotonic() < deadline:
                 sub.poll(200)  # rescans for events registered meanwhile
