@@ -5,17 +5,19 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
-from tracefs_tools import Tracefs, TracefsError, UserEventsStatus, find_tracefs
+from tracefs_tools import Tracefs, TracefsError, TracefsPermissionError, find_tracefs
 
 from .agent import RUNTIME_DIR, read_status
 from .cli_base import PROG
-from .errors import RezolusError
+from .errors import KernelFeatureMissing, RezolusError
 from .samplers import REGISTRY
 from .samplers.bpf_sampler import BpfSampler
 from .schema import COST, EVENTS, GROUPS, EventSchema
@@ -50,9 +52,92 @@ def event_table(group: str, transport: str,
         table.add_column(col)
     for e in EVENTS:
         cost = COST[e.name].value
-        table.add_row(e.name, e.sampler, cost, *state.get(e.name, ("?", "?", "-")),
+        table.add_row(e.name, e.sampler, cost, *state.get(e.name, ("?", "?", "?")),
                       style="yellow" if cost == "costly" else None)
     return table
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the kernel says of one of our events; None where it could not be read.
+
+    ``counter`` (uprobe transport) is the reference counter the kernel keeps in the stub
+    for the event's slot. It counts installations of the probe in a process, not readers:
+    measured on Linux 6.18, one or two ``perf record -a``, ``perf -p`` of the process, our
+    ``tail`` twice, and ftrace in one or three buffers all leave it at 1. So it says
+    whether someone reads, never how many.
+    """
+
+    registered: bool | None
+    #: The ftrace buffers with the event enabled (``Tracefs.enabled_in``).
+    ftrace: tuple[str | None, ...] | None = ()
+    counter: int | None = None
+    #: user_events transport: the kernel's consumer kinds ("ftrace", "perf", "other").
+    kinds: tuple[str, ...] | None = None
+
+
+def ftrace_names(where: Sequence[str | None]) -> list[str]:
+    """Return each ftrace buffer of ``where`` (None: the top-level one) as a consumer."""
+    return ["ftrace" if w is None else f"ftrace (instance {w})" for w in where]
+
+
+def event_state(seen: Seen, transport: str, stale: bool = False) -> tuple[str, str, str]:
+    """Return the (registered, enabled, consumers) cells of one event: "?" where the
+    kernel could not be asked, never a guessed "no"."""
+    if seen.registered is None:
+        return "?", "?", "?"
+    if not seen.registered:
+        return "no", "no", "-"
+    registered = "stale" if stale else "yes"
+    ftrace = None if seen.ftrace is None else ftrace_names(seen.ftrace)
+    if transport == "uprobe":
+        # One kind of reader at a time: ftrace, named by its enable files, or else
+        # perf_event_open readers, seen only in the counter (ftrace raises it too).
+        if ftrace:
+            return registered, "yes", ", ".join(ftrace)
+        if seen.counter is None:
+            return registered, "?", "?"
+        if seen.counter == 0:
+            return registered, "no", "-"
+        return registered, "yes", "perf" if ftrace is not None else "?"
+    if seen.kinds is None:
+        return registered, "yes" if ftrace else "?", "?"
+    kinds = [k for k in seen.kinds if not (ftrace and k == "ftrace")]
+    consumers = (ftrace or []) + kinds
+    return registered, "yes" if consumers else "no", ", ".join(consumers) or "-"
+
+
+def stale_note(transport: str, names: Sequence[str]) -> str:
+    """Return what to say of ``names``, still defined (uprobe) or registered (user_events)
+    with no agent running, and the command that removes them."""
+    if transport == "uprobe":
+        return (f"Stale: {len(names)} event(s) stay defined with no agent running (an agent"
+                f" killed by SIGKILL cannot remove its own): `sudo {PROG} cleanup` removes"
+                " them")
+    return (f"Stale: {len(names)} event(s) stay registered with no agent running"
+            f" (persist = true keeps them): `sudo {PROG} events --delete` removes them")
+
+
+def ftrace_note(held: Mapping[str, Sequence[str | None]]) -> str:
+    """Return which events ftrace holds (uprobe transport: ``held`` maps each to its
+    buffers) and the perf-based readers that shuts out, or "" if it holds none."""
+    by_buffer: dict[str, list[str]] = {}
+    for event, where in held.items():
+        for buffer in ftrace_names(where):
+            by_buffer.setdefault(buffer, []).append(event)
+    if not by_buffer:
+        return ""
+    holds = "; ".join(f"{b} holds {', '.join(ev)}" for b, ev in by_buffer.items())
+    return (f"{holds}. Until ftrace disables them, perf and our consumers (top, tail, record,"
+            " exporter, subscribe()) cannot read them: on the uprobe transport the kernel"
+            " refuses a perf reader beside ftrace (EINTR).")
+
+
+#: Printed under the table on the uprobe transport: what "perf" stands for.
+UPROBE_NOTE = ("consumers: \"perf\" is any perf_event_open reader (perf, and our top, tail,"
+               " record, exporter, subscribe()); the kernel's reference counter says whether"
+               " one reads, not how many. On the uprobe transport an event is read by ftrace"
+               " or by perf-based tools, not both at once (docs/kernels.md).")
 
 
 def watch_commands(event: EventSchema, tracefs: Path, group: str = GROUPS["user_events"]
@@ -68,19 +153,22 @@ def watch_commands(event: EventSchema, tracefs: Path, group: str = GROUPS["user_
     return perf, ftrace, trace_cmd
 
 
-def transport_in_use(root: Path, agent: Mapping | None) -> tuple[str, str]:
-    """Return (transport, group) of the running agent, else the one `run` would take."""
+def transport_in_use(root: Path, agent: Mapping | None) -> tuple[str, str, bool]:
+    """Return (transport, group, sure) of the running agent, else of the one `run` would
+    take; not ``sure`` when tracefs could not be read to tell."""
     if agent and agent.get("transport") in GROUPS:
         t = str(agent["transport"])
-        return t, GROUPS[t]
+        return t, GROUPS[t], True
     from .config import load_or_default
     from .publisher import choose_transport
     from .samplers import options
     try:
         t = choose_transport(root, str(load_or_default(None, options()).agent["transport"]))[0]
+    except KernelFeatureMissing:  # none here: nothing of ours can be registered either
+        return "user_events", GROUPS["user_events"], True
     except RezolusError:
-        t = "user_events"
-    return t, GROUPS[t]
+        return "user_events", GROUPS["user_events"], False
+    return t, GROUPS[t], True
 
 
 def bpf_state(name: str, info: Mapping[str, object]) -> str:
@@ -151,55 +239,139 @@ def sampler_table(agent: Mapping) -> Table:
     return table
 
 
-def show_events(commands_only: bool = False) -> int:
-    """Print the event table (or only the watch commands); return the exit status."""
-    # Piped output (grep, less) gets room for full event names.
-    con = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+class Unread:
+    """What `events` could not read, each said once, for its one closing line."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.what: dict[str, None] = {}
+        self.denied = False
+
+    def add(self, err: Exception) -> None:
+        """Note ``err``; a refused read is tracefs's, which sudo gets past."""
+        if isinstance(err, TracefsPermissionError | PermissionError):
+            self.denied = True
+            self.what[f"{self.root} (permission denied)"] = None
+        else:
+            self.what[str(err)] = None
+
+    def line(self) -> str:
+        """Return the closing line: what was not read, and what to do."""
+        fix = f": run `sudo {PROG} events`" if self.denied else ""
+        return (f"could not read {'; '.join(self.what)}; ? marks what the table does not"
+                f" know{fix}")
+
+
+def _ftrace(tfs: Tracefs, group: str, name: str, unread: Unread
+            ) -> tuple[str | None, ...] | None:
     try:
-        root = find_tracefs(mount=os.geteuid() == 0)
+        return tuple(tfs.enabled_in(group, name))
     except TracefsError as e:
-        root, note = Path("/sys/kernel/tracing"), f"tracefs: {e}"
-    else:
-        note = ""
+        unread.add(e)
+        return None
+
+
+def _uprobe_seen(tfs: Tracefs, group: str, agent_pid: int | None,
+                 unread: Unread) -> dict[str, Seen]:
+    """Return what the kernel says of each of our events on the uprobe transport: its
+    definition, ftrace's enable files, and the reference counter of its stub slot, in
+    this process's mapping of the stub and, if readable, in the agent's (a ``perf -p``
+    of the agent raises only the agent's)."""
+    from tracefs_tools import parse_uprobe_events
+
+    from .linux.uprobe_stub import Stub
+    from .publisher import slot_of
+
+    path = tfs.path("uprobe_events")
+    try:
+        text = path.read_text()
+    except FileNotFoundError:  # a kernel without uprobe events: nothing is defined
+        return {e.name: Seen(False) for e in EVENTS}
+    except OSError as e:
+        unread.add(e)
+        return {}
+    defs = {d.event: d for d in parse_uprobe_events(text) if d.group == group}
+    stub: Stub | None = None
+    if any(e.name in defs for e in EVENTS):
+        try:
+            stub = Stub()
+        except RezolusError as e:
+            unread.add(e)
+    seen = {}
+    for e in EVENTS:
+        d = defs.get(e.name)
+        if d is None:
+            seen[e.name] = Seen(False)
+            continue
+        counter = None
+        if stub is not None:
+            try:
+                slot = slot_of(d, stub)
+            except RezolusError as err:
+                unread.add(err)
+            else:
+                theirs = stub.counter_in(agent_pid, slot) if agent_pid else None
+                counter = max(stub.counter(slot).value, theirs or 0)
+        seen[e.name] = Seen(True, _ftrace(tfs, group, e.name, unread), counter)
+    return seen
+
+
+def _user_events_seen(tfs: Tracefs, group: str, unread: Unread) -> dict[str, Seen]:
+    """Return what the kernel says of each of our events on user_events: its registration
+    and consumer kinds (``user_events_status``), and ftrace's enable files."""
+    status = tfs.user_events_status()
+    seen = {}
+    for e in EVENTS:
+        st = status.events.get(e.name)
+        seen[e.name] = (Seen(True, _ftrace(tfs, group, e.name, unread), kinds=st.consumers)
+                        if st is not None else Seen(False))
+    return seen
+
+
+def show_events(commands_only: bool = False) -> int:
+    """Print the event table (or only the watch commands); return the exit status: 1 if
+    something could not be read, so the table is not the whole truth."""
+    # Piped output (grep, less) gets room for full event names.
+    tty = sys.stdout.isatty()
+    con = Console(highlight=False, width=None if tty else 120)
+    try:
+        root, missing = find_tracefs(mount=os.geteuid() == 0), None
+    except TracefsError as e:
+        root, missing = Path("/sys/kernel/tracing"), e
+    unread = Unread(root)
+    if missing is not None:
+        unread.add(TracefsError(f"tracefs ({missing})"))
     tfs = Tracefs(root)
     agent = read_status()
-    transport, group = transport_in_use(root, agent)
-    status: UserEventsStatus | None = None
-    defined: set[str] | None = None
-    if not note:
-        if transport == "uprobe":
-            try:
-                defined = set(tfs.events(group))
-            except TracefsError:
-                defined = set()
-        elif not tfs.has_user_events:
-            note = "this kernel has no user_events (run `rezolus-ue check`)"
-        else:
-            try:
-                status = tfs.user_events_status()
-            except TracefsError as e:
-                note = str(e)
+    transport, group, sure = transport_in_use(root, agent)
     if commands_only:
         for e in EVENTS:
             for cmd in watch_commands(e, root, group):
                 con.print(cmd, soft_wrap=True)
         return 0
-    samplers = agent["samplers"] if agent else {}
-    state: dict[str, tuple[str, str, str]] = {}
-    for e in EVENTS:
-        st = status.events.get(e.name) if status else None
-        there = (e.name in defined) if defined is not None else st is not None
-        known = status is not None or defined is not None
-        enabled = "?"
-        if there:
-            try:
-                enabled = "yes" if tfs.is_enabled(group, e.name) else "no"
-            except TracefsError:
-                enabled = "?"
-        state[e.name] = ("yes" if there else ("no" if known else "?"), enabled,
-                         ", ".join(st.consumers) if st and st.consumers else "-")
-    con.print(event_table(group, transport, state))
+    note = ""
+    seen: dict[str, Seen] = {}
+    if not unread.what:
+        try:
+            if transport == "uprobe":
+                seen = _uprobe_seen(tfs, group, int(agent["pid"]) if agent else None, unread)
+            elif not tfs.has_user_events:
+                note = "this kernel has no user_events (run `rezolus-ue check`)"
+                seen = {e.name: Seen(False) for e in EVENTS}
+            else:
+                seen = _user_events_seen(tfs, group, unread)
+        except TracefsError as e:
+            unread.add(e)
+    ours = [n for n, s in seen.items() if s.registered]
+    stale = agent is None and bool(ours)
+    state = {n: event_state(s, transport, stale) for n, s in seen.items()}
+    table = event_table(group, transport if sure else f"{transport}?", state)
+    # ... and every cell whole, however long an ftrace instance's name.
+    wide = con if tty else Console(highlight=False, width=max(
+        con.width, Measurement.get(con, con.options.update_width(1000), table).maximum))
+    wide.print(table)
     con.print(COST_NOTE)
+    samplers = agent["samplers"] if agent else {}
     if samplers:
         con.print(sampler_table(agent))
         if any(bpf_state(n, i) != "-" for n, i in samplers.items()):
@@ -207,14 +379,16 @@ def show_events(commands_only: bool = False) -> int:
     elif agent is None:
         con.print(f"No running agent ({RUNTIME_DIR}/status.json): nothing is sampled and no"
                   " BPF program of ours is attached.")
+    if stale:
+        con.print(stale_note(transport, ours), soft_wrap=True)
     if transport == "uprobe":
-        con.print("enabled: in ftrace. perf and our consumers (top, tail, record, exporter)"
-                  " do not show there; on the uprobe transport an event is read by ftrace"
-                  " or by perf-based tools, not both at once (docs/kernels.md).")
-    if defined is not None and not defined & {e.name for e in EVENTS}:
-        con.print("No rezolus-ue event is defined: is the agent running? (`rezolus-ue run`)")
-    if status is not None and not any(e.name in status.events for e in EVENTS):
-        con.print("No rezolus-ue event is registered: is the agent running? (`rezolus-ue run`)")
+        con.print(UPROBE_NOTE)
+        held = {n: s.ftrace for n, s in seen.items() if s.ftrace}
+        if held:
+            con.print(ftrace_note(held))
+    if agent is not None and seen and not ours:
+        con.print(f"No rezolus-ue event is {'defined' if transport == 'uprobe' else 'registered'}"
+                  ": is the agent running? (`rezolus-ue run`)")
     if note:
         con.print(f"note: {note}")
     perf, ftrace, trace_cmd = watch_commands(EVENTS[0], root, group)
@@ -226,6 +400,9 @@ def show_events(commands_only: bool = False) -> int:
     con.print("every event's commands: rezolus-ue events --commands", soft_wrap=True)
     con.print("field reference: docs/events.md, or the event's format file:"
               f" {root}/events/{group}/<name>/format", soft_wrap=True)
+    if unread.what:
+        print(f"{PROG}: error: {unread.line()}", file=sys.stderr)
+        return RezolusError.exit_code
     return 0
 
 

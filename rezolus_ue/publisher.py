@@ -191,6 +191,19 @@ def owned_uprobes(events: UprobeEvents, stub_path: Path) -> list[UprobeDefinitio
             if d.group == UPROBE_GROUP and Path(d.path) == stub_path]
 
 
+def slot_of(d: UprobeDefinition, stub: Stub) -> int:
+    """Return the stub slot whose reference counter ``d`` names: the kernel knows the
+    slot only by that file offset, so readers of the counter find it from there."""
+    slot, rest = divmod((d.ref_ctr_offset or 0) - stub.counter_offset(0),
+                        ctypes.sizeof(ctypes.c_uint16))
+    if Path(d.path) != stub.path or d.ref_ctr_offset is None or rest \
+            or not 0 <= slot < stub.slots:
+        raise RezolusError(f"{d.group}:{d.event} is not on a slot of {stub.path} ({d.line}):"
+                           " an agent of another installation (REZOLUS_UE_UPROBE_STUB)"
+                           " defined it")
+    return slot
+
+
 def remove_owned(events: UprobeEvents,
                  stub_path: Path) -> tuple[list[str], list[UprobeDefinition]]:
     """Delete our group's events on ``stub_path``; return (the names deleted, the
@@ -205,6 +218,11 @@ def remove_owned(events: UprobeEvents,
         except EventNotFound:
             pass
     return deleted, busy
+
+
+def catalog_slots() -> dict[str, int]:
+    """Return each catalog event's stub slot: its place in the catalog."""
+    return {e.name: i for i, e in enumerate(EVENTS)}
 
 
 class UprobePublisher:
@@ -230,7 +248,7 @@ class UprobePublisher:
             raise KernelFeatureMissing("uprobe events", str(e)) from None
         self.handles: dict[str, EventHandle] = {}
         self._stats = Stats()
-        self._slots = {e.name: i for i, e in enumerate(EVENTS)}
+        self._slots = catalog_slots()
         self._spare = self.stub.slots - 1
         # Stale definitions a killed agent left: delete them, keep the held ones for reuse.
         try:

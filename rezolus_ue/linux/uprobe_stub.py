@@ -123,6 +123,27 @@ class Stub:
         return ctypes.c_uint16.from_address(ctypes.addressof(self.counters)
                                             + 2 * self._check(slot))
 
+    def counter_in(self, pid: int, slot: int) -> int | None:
+        """Return slot ``slot``'s counter in process ``pid``'s mapping of the stub, or None
+        if it maps none or may not be read: the kernel keeps one per process, and a reader
+        of one process (``perf -p PID``) raises only that process's."""
+        offset = self.counter_offset(slot)
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                for line in maps:
+                    parts = line.split(maxsplit=5)
+                    if len(parts) < 6 or Path(parts[5].strip()) != self.path:
+                        continue
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    start = int(parts[2], 16)
+                    if start <= offset < start + hi - lo:
+                        with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+                            mem.seek(lo + offset - start)
+                            return int.from_bytes(mem.read(2), sys.byteorder)
+        except (OSError, ValueError):
+            pass
+        return None
+
     def function(self, slot: int) -> ctypes._CFuncPtr:
         """Return slot ``slot``'s function, called as ``f(record_bytes, len)``."""
         return EMIT(self._base + self._check(slot) * self.slot_size)

@@ -30,7 +30,7 @@ from waiting import wait_for  # noqa: F401 - the kernel tests' wait, re-exported
 
 from rezolus_ue.linux.uprobe_stub import Stub, stub_path
 from rezolus_ue.linux.user_events import UserEventsData
-from rezolus_ue.publisher import Stats, UprobeHandle, choose_transport, owned_uprobes
+from rezolus_ue.publisher import Stats, UprobeHandle, choose_transport, owned_uprobes, slot_of
 from rezolus_ue.schema import GROUPS, EventSchema
 from tracefs_tools import Tracefs, UprobeEvents, find_tracefs
 
@@ -86,8 +86,8 @@ class Bus:
         with UprobeEvents(self.tfs.root) as ev:
             d = next((d for d in owned_uprobes(ev, stub_path().resolve()) if d.event == name),
                      None)
-        assert d is not None and d.ref_ctr_offset is not None, f"{name} is not defined"
-        return (d.ref_ctr_offset - self.stub.counter_offset(0)) // 2
+        assert d is not None, f"{name} is not defined"
+        return slot_of(d, self.stub)
 
     def consumers(self, name: str) -> bool:
         """Return whether a consumer (perf, ftrace, ours) has ``name`` enabled, as the kernel
