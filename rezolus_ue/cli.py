@@ -23,8 +23,9 @@ log = logging.getLogger("rezolus_ue")
 _DESCRIPTION = """\
 rezolus-ue samples systems telemetry (procfs, perf events, BPF) and publishes every metric
 family as a Linux tracepoint: user_events:rezolus_* where the kernel has user_events, else
-the uprobe events rezolus_ue:rezolus_* (`check` says which). Publishing costs nothing
-until a consumer enables a tracepoint: with nobody listening, samplers do not run."""
+the uprobe events rezolus_ue:rezolus_* (`check` and `events` say which; tail, top, record
+and exporter read either). Publishing costs nothing until a consumer enables a
+tracepoint: with nobody listening, samplers do not run."""
 
 _EPILOG = """\
 examples:
@@ -32,7 +33,8 @@ examples:
   sudo rezolus-ue run                      publish with the default config
   sudo rezolus-ue events                   our tracepoints, who consumes them, how to watch
   sudo perf record -e 'user_events:rezolus_*' -a -- sleep 3 && sudo perf script
-  sudo perf record -e 'rezolus_ue:rezolus_*' -a -- sleep 3   (the uprobe transport)
+  sudo perf record -e 'rezolus_ue:rezolus_*' -a -- sleep 3 && sudo perf script
+                                           the same on kernels without user_events
 
 See rezolus-ue(8) and docs/events.md for every event and field."""
 
@@ -94,12 +96,19 @@ def build_parser(lean: bool = False) -> argparse.ArgumentParser:
     ev = sub.add_parser(
         "events", formatter_class=fmt,
         help="list our tracepoints, their consumers and how to watch them",
-        description="List every rezolus-ue event: whether the running agent registered it,"
-        " whether it is enabled, which consumers use it (from user_events_status), and the"
-        " perf, ftrace and trace-cmd commands to watch it, for the transport in use.",
+        description="List every rezolus-ue event: whether the running agent registered it"
+        " (or a stopped one left it), whether it is enabled, which consumers use it (as the"
+        " kernel says: user_events_status and ftrace's enable files, or on the uprobe"
+        " transport the stub's reference counters), and the perf, ftrace and trace-cmd"
+        " commands to watch it, for the transport in use. Exits 1 when it could not read"
+        " everything (not root: run it with sudo).",
     )
     ev.add_argument("--commands", action="store_true",
                     help="print only the perf, ftrace and trace-cmd commands, one per line")
+    ev.add_argument("--bpftrace", nargs="+", metavar="EVENT",
+                    help="print a bpftrace program that prints each record of the EVENTs,"
+                    " read where the agent hands it to the kernel (uprobe transport only;"
+                    " docs/kernels.md#ebpf-consumers)")
     ev.add_argument("--delete", nargs="*", metavar="NAME",
                     help="delete the named events, or with no name every rezolus_* event"
                     " nobody uses any more (what `persist = true` leaves after the agent"
@@ -309,6 +318,10 @@ def _cmd_events(args: argparse.Namespace) -> int:
 
     if args.delete is not None:
         return delete_events(args.delete)
+    if args.bpftrace:
+        from .ebpf_recipe import print_bpftrace
+
+        return print_bpftrace(args.bpftrace)
     return show_events(commands_only=args.commands)
 
 

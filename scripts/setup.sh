@@ -23,7 +23,8 @@ python3 -c 'import ensurepip, venv' 2>/dev/null || pkgs="$pkgs python3-venv pyth
 if [ "$dev" = 1 ]; then
     # udev: without it virtme-ng cannot find its virtio-serial ports (output is lost).
     # prometheus: the exporter's test scrapes it with a real server.
-    # bpftrace: bench/overhead.py compares our run-queue sampler with a bpftrace script.
+    # bpftrace: bench/overhead.py compares our run-queue sampler with a bpftrace script,
+    # and the tests run the uprobe transport's bpftrace recipe (docs/kernels.md).
     # trace-cmd: the tests show every consumer the README names working.
     # stress-ng: the tests must pass on a machine kept busy (scripts/stress-test.sh).
     pkgs="$pkgs qemu-system-x86 udev man-db groff-base tmux prometheus bpftrace trace-cmd"
