@@ -63,6 +63,14 @@ def options() -> dict[str, tuple[Option, ...]]:
     return sampler_options({n: cls.options for n, cls in _registry().items()})
 
 
+def default_config() -> str:
+    """Return configs/default.toml: every option at its default, each sampler's summary
+    above its table (what ``install-service`` writes, and the docs check)."""
+    from ..config import render_default
+
+    return render_default(options(), {n: c.summary() for n, c in _registry().items()})
+
+
 _REGISTRY: dict[str, type[Sampler]] = {}
 
 
@@ -84,5 +92,5 @@ def __getattr__(attr: str) -> Any:
 
 
 REGISTRY: dict[str, type[Sampler]]
-__all__ = ["NAMES", "REGISTRY", "Roots", "Sampler", "SamplerContext", "options",
-           "sampler_class"]
+__all__ = ["NAMES", "REGISTRY", "Roots", "Sampler", "SamplerContext", "default_config",
+           "options", "sampler_class"]
