@@ -9,6 +9,12 @@ the entries against a real agent on this host's transport, and
 tests/kernel/test_doc_examples_user_events.py those about user_events itself in the
 kernel tier, and both check what the docs claim they print.
 
+The agent publishes in one of two groups, ``user_events`` or ``rezolus_ue`` (the uprobe
+transport; ``schema.GROUPS``). A command that names a group (``user_events:rezolus_*``,
+``events/rezolus_ue/...``) works only where that transport is, so the docs show it in
+both forms (``transport_of``, ``in_transport``; ``ONE_FORM`` lists the few that cannot
+have a twin, with why), and each form is run as written where its transport is.
+
 Where examples are found:
 
 * Markdown ``console`` blocks: lines starting with ``$ `` are commands; the lines after
@@ -28,6 +34,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from rezolus_ue.schema import GROUPS
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The files a reader follows. docs/events.md and docs/samplers.md are generated
@@ -184,21 +192,29 @@ def examples(root: Path = ROOT) -> list[Example]:
     return out
 
 
+#: An address as perf prints a probe's, without 0x: 8 or more hex digits, a digit among them.
+_HEX = r"(?=[a-f]*\d)[0-9a-f]{8,}"
+
+
 def claim_pattern(claim: str) -> re.Pattern[str]:
     """Return the regex an output line must match to be what ``claim`` shows.
 
-    Numbers in a claim are examples (any number matches), ``...`` stands for anything,
-    and runs of blanks for any blanks; everything else must be there as written.
+    Numbers in a claim are examples (any number matches), and so are addresses (``0x``
+    and hex, or 8 or more hex digits with a digit among them, as perf prints a probe's);
+    ``...`` stands for anything, and runs of blanks for any blanks; everything else must
+    be there as written.
     """
     parts = []
     for i, chunk in enumerate(claim.strip().split("...")):
         if i:
             parts.append(".*")
-        for tok in re.split(r"(0x[0-9a-f]+|\d+|\s+)", chunk):
+        for tok in re.split(rf"(0x[0-9a-f]+|\b{_HEX}\b|\d+|\s+)", chunk):
             if not tok:
                 continue
             if tok.startswith("0x"):
                 parts.append("0x[0-9a-f]+")
+            elif not tok.isdigit() and re.fullmatch(_HEX, tok):
+                parts.append("[0-9a-f]+")
             elif tok.isdigit():
                 parts.append(r"\d+")
             elif tok.isspace():
@@ -219,6 +235,39 @@ def unmatched_claims(claims: tuple[str, ...], output: str) -> list[str]:
             and not any(claim_pattern(c).fullmatch(ln) for ln in lines)]
 
 
+def _names(group: str) -> tuple[tuple[str, str], ...]:
+    """Return how a command names ``group``'s events, as (regex, text) pairs: perf's and
+    bpftrace's ``GROUP:rezolus_...`` and tracefs's ``events/GROUP/``."""
+    return (rf"\b{group}:(?=rezolus_)", f"{group}:"), (rf"\bevents/{group}/", f"events/{group}/")
+
+
+def transport_of(text: str) -> str | None:
+    """Return the transport whose group ``text`` names, or None if it names none (it then
+    works on both as written)."""
+    found = [t for t, g in GROUPS.items() if any(re.search(rx, text) for rx, _ in _names(g))]
+    assert len(found) <= 1, f"{text!r} names both transports' groups"
+    return found[0] if found else None
+
+
+def in_transport(text: str, transport: str) -> str:
+    """Return ``text`` naming ``transport``'s group where it names the other one's: the
+    form of the command for that transport."""
+    was = transport_of(text)
+    if was is None or was == transport:
+        return text
+    for (rx, _), (_, name) in zip(_names(GROUPS[was]), _names(GROUPS[transport]), strict=True):
+        text = re.sub(rx, name, text)
+    return text
+
+
+#: Commands the docs show in one transport's form only: key -> why the other has none.
+ONE_FORM: dict[str, str] = {
+    "sudo bpftrace -e 'tracepoint:user_events:rezolus_cpu_usage { @records = count(); }'":
+        "it shows that BPF programs on user_events tracepoints never run; the uprobe"
+        " transport's BPF recipe is not a tracepoint (docs/kernels.md, eBPF consumers)",
+}
+
+
 @dataclass(frozen=True)
 class Ran:
     """The example is run by ``test`` (a pytest node id). ``as_run``: what the test runs
@@ -236,9 +285,11 @@ class NotRun:
     why: str
 
 
-#: Runs on this host's transport (a command's user_events group becomes the kernel's).
+#: Runs on this host's transport: the commands that name no group, and the forms naming
+#: the uprobe transport's.
 K = "tests/kernel/test_doc_examples.py::"
-#: Runs the examples about user_events itself, in the kernel tier.
+#: Runs in the kernel tier: the forms naming user_events' group, and the examples about
+#: user_events itself.
 KU = "tests/kernel/test_doc_examples_user_events.py::"
 U = "tests/test_doc_examples.py::"
 NO_SYSTEMD = ("needs systemd as PID 1, which the test VM (virtme-ng) does not boot;"
@@ -268,24 +319,26 @@ EXERCISED: dict[str, Ran | NotRun] = {
         why=SHORTER),
     "rezolus-ue tail --from run.rzr": Ran(K + "test_recording"),
     "sudo perf record -e 'user_events:rezolus_*' -a -- sleep 3 && sudo perf script": Ran(
+        KU + "test_user_events_output_as_shown"),
+    "sudo perf record -e 'rezolus_ue:rezolus_*' -a -- sleep 3 && sudo perf script": Ran(
         K + "test_readme_tour"),
     "sudo rezolus-ue tail rezolus_cpu_usage": Ran(
         K + "test_readme_tour", as_run="sudo rezolus-ue tail rezolus_cpu_usage --count 4",
         why="tail runs until interrupted"),
-    "sudo rezolus-ue tail rezolus_memory --format json | jq .available_bytes": Ran(
+    "sudo rezolus-ue tail 'rezolus_memory*' --format json"
+    " | jq 'select(.event == \"rezolus_memory\") | .available_bytes'": Ran(
         K + "test_readme_tour",
-        as_run="sudo rezolus-ue tail rezolus_memory --count 2 --format json"
-        " | jq .available_bytes", why="tail runs until interrupted"),
+        as_run="timeout 120 sudo rezolus-ue tail 'rezolus_memory*' --format json"
+        " | jq --unbuffered 'select(.event == \"rezolus_memory\") | .available_bytes'"
+        " | head -n 2", why="tail runs until interrupted: the pipe ends after two values"),
     "sudo mkdir /sys/kernel/tracing/instances/mine": Ran(K + "test_ftrace_instance"),
-    "echo 1 | sudo tee /sys/kernel/tracing/instances/mine/events/user_events/"
-    "rezolus_cpu_usage/enable": Ran(K + "test_ftrace_instance"),
+    "echo rezolus_cpu_usage | sudo tee /sys/kernel/tracing/instances/mine/set_event": Ran(
+        K + "test_ftrace_instance"),
     "sudo cat /sys/kernel/tracing/instances/mine/trace_pipe": Ran(
         K + "test_ftrace_instance", as_run="the same under timeout 60, through head -n 2",
         why="trace_pipe is read until interrupted"),
-    "echo 0 | sudo tee /sys/kernel/tracing/instances/mine/events/user_events/"
-    "rezolus_cpu_usage/enable": Ran(K + "test_ftrace_instance"),
     "sudo rmdir /sys/kernel/tracing/instances/mine": Ran(K + "test_ftrace_instance"),
-    "sudo trace-cmd record -e user_events:rezolus_cpu_usage sleep 5": Ran(KU + "test_trace_cmd"),
+    "sudo trace-cmd record -e rezolus_cpu_usage sleep 5": Ran(KU + "test_trace_cmd"),
     "sudo trace-cmd report": Ran(KU + "test_trace_cmd"),
     "sudo bpftrace -e 'tracepoint:user_events:rezolus_cpu_usage { @records = count(); }'": Ran(
         KU + "test_bpftrace_sees_no_record",
@@ -384,25 +437,40 @@ EXERCISED: dict[str, Ran | NotRun] = {
                    " probes the same features)"),
     "sudo sh docs/repro/probe-array-zeros.sh": Ran(
         "tests/uprobe/test_uprobe_transport.py::test_the_array_reproducer_in_the_docs"),
+    "sudo rezolus-ue events --bpftrace rezolus_cpu_usage > cpu_usage.bt": Ran(
+        "tests/kernel/test_ebpf_uprobe.py::test_the_docs_recipe"),
+    "sudo rezolus-ue tail rezolus_cpu_usage > /dev/null &": Ran(
+        "tests/kernel/test_ebpf_uprobe.py::test_the_docs_recipe",
+        as_run="the same without `&`, started by the test as a process of its own",
+        why="the test's shell has no job control; it stops the process as `kill %1` does"),
+    "sudo bpftrace cpu_usage.bt": Ran(
+        "tests/kernel/test_ebpf_uprobe.py::test_the_docs_recipe",
+        as_run="the same on a pseudo-terminal, sent SIGINT once it printed three records"
+        " of every CPU", why="it runs until Ctrl-C"),
+    "kill %1": Ran(
+        "tests/kernel/test_ebpf_uprobe.py::test_the_docs_recipe",
+        as_run="SIGTERM to the process the test started for the `&` line",
+        why="the test's shell has no job control"),
     # man/rezolus-ue.8
-    "cat /sys/kernel/tracing/events/user_events/rezolus_cpu_usage/format": Ran(
+    "cat /sys/kernel/tracing/events/*/rezolus_cpu_usage/format": Ran(
         K + "test_man_page_consuming"),
     "perf record -e 'user_events:rezolus_*' -a -- sleep 3 && perf script": Ran(
+        KU + "test_man_page_consuming"),
+    "perf record -e 'rezolus_ue:rezolus_*' -a -- sleep 3 && perf script": Ran(
         K + "test_man_page_consuming"),
     "cd /sys/kernel/tracing": Ran(K + "test_man_page_consuming"),
-    "echo 1 > events/user_events/rezolus_cpu_usage/enable": Ran(K + "test_man_page_consuming"),
+    "echo rezolus_cpu_usage >> set_event": Ran(K + "test_man_page_consuming"),
     "cat trace_pipe": Ran(K + "test_man_page_consuming",
                           as_run="the same under timeout 60, through head -n 2",
                           why="trace_pipe is read until interrupted"),
-    "echo 0 > events/user_events/rezolus_cpu_usage/enable": Ran(K + "test_man_page_consuming"),
+    "echo '!rezolus_cpu_usage' >> set_event": Ran(K + "test_man_page_consuming"),
     "mkdir instances/rezolus": Ran(K + "test_man_page_consuming"),
-    "echo 1 > instances/rezolus/events/user_events/rezolus_cpu_usage/enable": Ran(
-        K + "test_man_page_consuming"),
+    "echo rezolus_cpu_usage > instances/rezolus/set_event": Ran(K + "test_man_page_consuming"),
     "cat instances/rezolus/trace_pipe": Ran(
         K + "test_man_page_consuming", as_run="the same under timeout 60, through head -n 2",
         why="trace_pipe is read until interrupted"),
     "rmdir instances/rezolus": Ran(K + "test_man_page_consuming"),
-    "trace-cmd record -e user_events:rezolus_cpu_usage sleep 5": Ran(KU + "test_trace_cmd"),
+    "trace-cmd record -e rezolus_cpu_usage sleep 5": Ran(KU + "test_trace_cmd"),
     "trace-cmd report": Ran(KU + "test_trace_cmd"),
     "chgrp tracing /sys/kernel/tracing/user_events_data": Ran(KU + "test_tracing_group"),
     "chmod g+rw /sys/kernel/tracing/user_events_data": Ran(KU + "test_tracing_group"),
@@ -420,8 +488,11 @@ EXERCISED: dict[str, Ran | NotRun] = {
     "sudo rezolus-ue run -s 20ms": Ran(K + "test_agent_variants",
                                        as_run="the same in the background", why=UNTIL_STOPPED),
     "sudo perf record -e user_events:rezolus_cpu_usage_dist -a -- sleep 10": Ran(
+        KU + "test_agent_variants"),
+    "sudo perf record -e rezolus_ue:rezolus_cpu_usage_dist -a -- sleep 10": Ran(
         K + "test_agent_variants"),
     "sudo perf script": Ran(K + "test_agent_variants"),
-    "sudo perf record -e 'user_events:rezolus_*' -a -- sleep 3": Ran(K + "test_agent_variants"),
+    "sudo perf record -e 'user_events:rezolus_*' -a -- sleep 3": Ran(KU + "test_agent_variants"),
+    "sudo perf record -e 'rezolus_ue:rezolus_*' -a -- sleep 3": Ran(K + "test_agent_variants"),
     "sudo rezolus-ue top --once > top.txt": Ran(K + "test_top_in_tmux"),
 }

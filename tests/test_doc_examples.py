@@ -54,6 +54,50 @@ def test_entries_name_existing_tests_and_say_why() -> None:
             f"{key!r}: no test {how.test}")
 
 
+def test_a_command_naming_one_transport_shows_the_other_too() -> None:
+    """A reader on either kind of kernel finds the command to type: one that names a
+    transport's group is shown beside its twin for the other transport (in the same
+    file), unless ONE_FORM says why it has none."""
+    keys = {(e.source, e.key) for e in d.examples()}
+    lone = []
+    for source, key in sorted(keys):
+        was = d.transport_of(key)
+        if was is None or key in d.ONE_FORM:
+            continue
+        other = next(t for t in d.GROUPS if t != was)
+        if (source, d.in_transport(key, other)) not in keys:
+            lone.append(f"{source}: {key!r} without {d.in_transport(key, other)!r}")
+    assert not lone, ("show each in both forms (or say why not in doc_examples.ONE_FORM):\n"
+                      + "\n".join(lone))
+    assert set(d.ONE_FORM) <= {k for _s, k in keys}, "ONE_FORM names a command no doc shows"
+
+
+def test_each_form_runs_where_its_transport_is() -> None:
+    """The uprobe form of a command runs on this host (test_doc_examples.py), the
+    user_events form in the kernel tier (test_doc_examples_user_events.py)."""
+    where = {"uprobe": d.K, "user_events": d.KU}
+    for key, how in d.EXERCISED.items():
+        t = d.transport_of(key)
+        if t is not None and isinstance(how, d.Ran):
+            assert how.test.startswith(where[t]), f"{key!r}: run by {how.test}"
+
+
+@pytest.mark.parametrize(("text", "transport", "twin"), [
+    ("perf record -e 'user_events:rezolus_*' -a", "user_events",
+     "perf record -e 'rezolus_ue:rezolus_*' -a"),
+    ("echo 1 > events/rezolus_ue/rezolus_cpu_usage/enable", "uprobe",
+     "echo 1 > events/user_events/rezolus_cpu_usage/enable"),
+    ("echo rezolus_cpu_usage > set_event", None, "echo rezolus_cpu_usage > set_event"),
+    ("cat events/*/rezolus_cpu_usage/format", None, "cat events/*/rezolus_cpu_usage/format"),
+    ("python -m rezolus_ue.linux.uprobe_stub", None, "python -m rezolus_ue.linux.uprobe_stub"),
+])
+def test_transport_forms(text: str, transport: str | None, twin: str) -> None:
+    assert d.transport_of(text) == transport
+    other = next((t for t in d.GROUPS if t != transport), "uprobe")
+    assert d.in_transport(text, other) == twin
+    assert d.in_transport(twin, transport or other) == text
+
+
 @pytest.mark.parametrize(("claim", "line", "ok"), [
     ("12:00:01.000412 [001] rezolus_cpu_usage: cpu=0 user_ns=2310000000 nice_ns=0 ...",
      "15:59:53.613235 [001] rezolus_cpu_usage: cpu=0 user_ns=18370000000 nice_ns=0 x=1", True),
@@ -65,6 +109,12 @@ def test_entries_name_existing_tests_and_say_why() -> None:
      "rezolus-ue: publishing 51 events via /sys/kernel/tracing: rezolus_cpu_usage, b", True),
     ("# TYPE rezolus_cpu_usage_user_seconds_total counter",
      "# TYPE rezolus_cpu_usage_user_seconds_total gauge", False),
+    ("rezolus-ue 412 [000] 24.51: rezolus_ue:rezolus_agent: (7f5dff9cf340) pid=412 ...",
+     "rezolus-ue 24931 [001] 11003.03: rezolus_ue:rezolus_agent: (7f0aa0c1f340) pid=24931 x",
+     True),
+    ("rezolus_ue:rezolus_agent: (7f5dff9cf340) pid=412",
+     "rezolus_ue:rezolus_agent: pid=412", False),
+    ("a deadbeef b", "a 12345678 b", False),
 ])
 def test_claim_pattern(claim: str, line: str, ok: bool) -> None:
     assert bool(d.claim_pattern(claim).fullmatch(line)) is ok

@@ -762,6 +762,21 @@ def test_http_metrics_index_and_404(server: tuple[ex.Exporter, object]) -> None:
     assert status == 404
 
 
+@pytest.mark.parametrize(("groups", "recording", "says"), [
+    (["rezolus_ue"], None, ["rezolus_ue:rezolus_*</code> tracepoints (uprobe transport)"]),
+    (["user_events"], None, ["user_events:rezolus_*</code> tracepoints (user_events"]),
+    ([], None, ["user_events:rezolus_*", "rezolus_ue:rezolus_*", "none followed yet"]),
+    ([], "/tmp/a<b>.rzr", ["the recording <code>/tmp/a&lt;b&gt;.rzr</code>"]),
+])
+def test_index_page_names_what_it_follows(groups: list[str], recording: str | None,
+                                          says: list[str]) -> None:
+    """The `/` page names the tracepoint group followed (the transport in use), both
+    while none is, or the recording."""
+    page = ex.index_page(groups, recording).decode()
+    assert all(s in page for s in says), page
+    assert 'href="/metrics"' in page
+
+
 def test_http_gzip(server: tuple[ex.Exporter, object]) -> None:
     exp, srv = server
     exp.ingest(every_family_records(2))

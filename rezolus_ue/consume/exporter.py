@@ -1,10 +1,10 @@
 """``rezolus-ue exporter``: a Prometheus text-exposition endpoint fed by the tracepoints.
 
-The exporter reads the ``user_events:rezolus_*`` tracepoints like any consumer (or, with
-``--from``, a recording), keeps the latest values in a ``prometheus.State`` and serves
-them as text exposition format 0.0.4 on ``GET /metrics`` (default
-``http://127.0.0.1:9745/metrics``). Names, units, labels and staleness are
-``prometheus``'s (docs/prometheus.md embeds its table).
+The exporter reads the ``user_events:rezolus_*`` tracepoints (``rezolus_ue:rezolus_*`` on
+the uprobe transport) like any consumer (or, with ``--from``, a recording), keeps the
+latest values in a ``prometheus.State`` and serves them as text exposition format 0.0.4 on
+``GET /metrics`` (default ``http://127.0.0.1:9745/metrics``). Names, units, labels and
+staleness are ``prometheus``'s (docs/prometheus.md embeds its table).
 
 I/O lives at the edges: ``serve_http`` (a ``ThreadingHTTPServer`` in a daemon thread; a
 scrape renders a snapshot copied under the lock, one render at a time, reused until the
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import errno
 import gzip
+import html
 import logging
 import signal
 import socket
@@ -39,12 +40,27 @@ POLL_MS = 250
 
 # --- I/O: the HTTP endpoint and the subscription loop ---------------------------------------
 
-_INDEX = b"""<!doctype html>
+def index_page(groups: Sequence[str], recording: str | None = None) -> bytes:
+    """Return the ``/`` page: where the metrics come from (the tracepoint groups followed,
+    or the recording), so a reader knows what to ask perf or ftrace for."""
+    from ..schema import GROUPS
+
+    transport = {g: t for t, g in GROUPS.items()}
+    if recording is not None:
+        origin = f"the recording <code>{html.escape(recording)}</code>"
+    elif groups:
+        origin = " and ".join(f"the <code>{g}:rezolus_*</code> tracepoints"
+                              f" ({transport.get(g, g)} transport)" for g in groups)
+    else:
+        origin = ("the <code>user_events:rezolus_*</code> tracepoints, or"
+                  " <code>rezolus_ue:rezolus_*</code> on kernels without user_events"
+                  " (none followed yet: is the agent running?)")
+    return (f"""<!doctype html>
 <html><head><title>rezolus-ue exporter</title></head>
 <body><h1>rezolus-ue exporter</h1>
-<p>Linux telemetry from the <code>user_events:rezolus_*</code> tracepoints, in Prometheus
-text format: <a href="/metrics">/metrics</a>.</p></body></html>
-"""
+<p>Linux telemetry from {origin}, in Prometheus text format:
+<a href="/metrics">/metrics</a>.</p></body></html>
+""").encode()
 
 
 class Exporter:
@@ -79,6 +95,21 @@ class Exporter:
         #: When the last completed poll began (follow): everything published before it
         #: has been ingested. None: not following, staleness is judged by the clock.
         self._drained_ns: int | None = None
+        self._source: Source | None = None
+        self._recording: str | None = None
+
+    def follows(self, src: Source, recording: object = None) -> None:
+        """Name what the metrics come from on the ``/`` page: ``src``'s tracepoints, or
+        ``recording``."""
+        self._source, self._recording = src, None if recording is None else str(recording)
+
+    def index(self) -> bytes:
+        """Return the ``/`` page (``index_page``) for the source followed now."""
+        from .subscription import Subscription
+
+        src = self._source
+        groups = src.groups if isinstance(src, Subscription) else ()
+        return index_page(groups, self._recording)
 
     def ingest(self, records: Sequence[Record], lost: int | None = None) -> None:
         """Take one poll's records in (and the subscription's lost-record count)."""
@@ -149,7 +180,7 @@ class _Handler(BaseHTTPRequestHandler):
             gzipped = "gzip" in self.headers.get("Accept-Encoding", "")
             body, ctype = self.server.body(gzipped), CONTENT_TYPE
         elif path == "/":
-            body, ctype = _INDEX, "text/html; charset=utf-8"
+            body, ctype = self.server.index(), "text/html; charset=utf-8"
         else:
             status, body, ctype = 404, b"not found: try /metrics\n", "text/plain; charset=utf-8"
         self.send_response(status)
@@ -168,6 +199,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     body: Callable[[bool], bytes]
+    index: Callable[[], bytes]
 
     def handle_error(self, request: object, client_address: object) -> None:
         # A scraper that timed out and hung up is not worth a traceback on stderr.
@@ -185,9 +217,10 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def serve_http(host: str, port: int, body: Callable[[bool], bytes]) -> _Server:
+def serve_http(host: str, port: int, body: Callable[[bool], bytes],
+               index: Callable[[], bytes] | None = None) -> _Server:
     """Return a bound HTTP server (not yet serving) whose /metrics returns ``body(gzip)``
-    (``Exporter.body``)."""
+    (``Exporter.body``) and / returns ``index()`` (``Exporter.index``)."""
     cls = _Server
     if ":" in host:
         cls = type("_Server6", (_Server,), {"address_family": socket.AF_INET6})
@@ -206,6 +239,7 @@ def serve_http(host: str, port: int, body: Callable[[bool], bytes]) -> _Server:
         raise RezolusError(f"cannot listen on {where}: {why}; choose another address with"
                            " --listen HOST:PORT") from None
     server.body = body
+    server.index = index or (lambda: index_page(()))
     return server
 
 
@@ -217,13 +251,13 @@ def run(args: argparse.Namespace) -> int:
     host, port = args.listen
     exporter = Exporter(args.stale, args.native_buckets,
                         clock=time.monotonic_ns if args.source is None else None)
-    server = serve_http(host, port, exporter.body)  # bind first: a taken port fails at once
+    # Bind first: a taken port fails at once.
+    server = serve_http(host, port, exporter.body, exporter.index)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
                               name="rezolus-ue-exporter-http", daemon=True)
     thread.start()
     h, p = server.server_address[:2]
-    log.info("serving Prometheus metrics on http://%s/metrics",
-             f"[{h}]:{p}" if ":" in str(h) else f"{h}:{p}")
+    url = f"http://{f'[{h}]:{p}' if ':' in str(h) else f'{h}:{p}'}/metrics"
     events = [e.name for e in EVENTS if not (args.no_dist and e.name.endswith("_dist"))]
     if not (args.costly or args.source):  # a recording's costly events cost nothing now
         events = cheap(events)
@@ -237,7 +271,12 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if not args.no_wait:  # said before the wait; with --no-wait, once there is data
+            log.info("serving Prometheus metrics on %s", url)
         with open_source(args.source, events, wait=not args.no_wait) as src:
+            exporter.follows(src, args.source)
+            if args.no_wait:
+                log.info("serving Prometheus metrics on %s", url)
             if args.source is None:
                 log.info("following %d events", len(src.events))
             else:
@@ -271,13 +310,14 @@ def _stale(text: str) -> int:
 
 
 _DESCRIPTION = """\
-Follow the cheap user_events:rezolus_* tracepoints (every one with --costly) and serve
-the latest values in Prometheus text format on GET /metrics. Names are
-rezolus_<event>_<metric>: counters end in _total, ns and us become seconds, ppm a
-ratio; *_dist quantiles become <gauge>_dist and <counter>_per_second gauges with a
+Follow the cheap rezolus-ue tracepoints (every one with --costly): user_events:rezolus_*,
+or rezolus_ue:rezolus_* on kernels without user_events (the uprobe transport; GET / says
+which it follows). Serve the latest values in Prometheus text format on GET /metrics.
+Names are rezolus_<event>_<metric>: counters end in _total, ns and us become seconds, ppm
+a ratio; *_dist quantiles become <gauge>_dist and <counter>_per_second gauges with a
 quantile label; histograms become summaries. A label set not seen for --stale publish
-intervals is dropped. docs/prometheus.md lists every
-name, with scrape configs and PromQL examples."""
+intervals is dropped. docs/prometheus.md lists every name, with scrape configs and
+PromQL examples."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -291,6 +331,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "  sudo rezolus-ue exporter --listen 0.0.0.0:9745 --native-buckets\n"
         "  sudo rezolus-ue exporter --costly          BPF-counted families too (they cost)\n"
         "  curl -s http://127.0.0.1:9745/metrics | grep '^rezolus_cpu_usage'\n"
+        "  curl -s http://127.0.0.1:9745/           which tracepoints it follows\n"
         "  rezolus-ue exporter --from incident.rzr    the values at the recording's end\n"
         "  scrape config: static_configs: [{targets: ['HOST:9745']}]",
     )

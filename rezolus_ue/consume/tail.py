@@ -1,7 +1,8 @@
 """``rezolus-ue tail``: decoded records, one per line, as text or JSON lines.
 
-The equivalent of ``perf record -e 'user_events:rezolus_*' -a`` + ``perf script`` live,
-without perf, and never disturbing other consumers.
+The equivalent of ``perf record -e 'user_events:rezolus_*' -a`` (``rezolus_ue:rezolus_*``
+on the uprobe transport) + ``perf script`` live, without perf, and never disturbing other
+consumers.
 """
 
 from __future__ import annotations
@@ -34,10 +35,14 @@ examples:
   sudo rezolus-ue tail                              every cheap event
   sudo rezolus-ue tail --costly                     every event, BPF-counted ones too
   sudo rezolus-ue tail rezolus_cpu_usage            one event
-  sudo rezolus-ue tail 'rezolus_memory*' --format json | jq .available_bytes
+  sudo rezolus-ue tail 'rezolus_memory*' --format json \\
+      | jq 'select(.event == "rezolus_memory") | .available_bytes'
   rezolus-ue tail --from /var/tmp/rec.rzr rezolus_cpu_usage
 
-same as: sudo perf record -e 'user_events:rezolus_*' -a -o - | perf script -i -"""
+tail finds the events in either group; perf needs the one in use (`rezolus-ue check`
+says which):
+  sudo perf record -e 'user_events:rezolus_*' -a -o - | perf script -i -
+  sudo perf record -e 'rezolus_ue:rezolus_*' -a -o - | perf script -i -   (uprobe transport)"""
 
 
 def format_text(r: Record, wall_offset_ns: int) -> str:
@@ -60,10 +65,8 @@ def format_text(r: Record, wall_offset_ns: int) -> str:
 
 
 def format_json(r: Record, wall_offset_ns: int) -> str:
-    """Return one record as a JSON line (``time`` in ns since the epoch)."""
-    d = r.to_json()
-    d["time"] = r.time_ns + wall_offset_ns
-    return json.dumps(d, separators=(",", ":"))
+    """Return one record as a JSON line: ``Record.to_json`` with ``time`` (epoch ns)."""
+    return json.dumps(r.to_json(wall_offset_ns), separators=(",", ":"))
 
 
 def write_records(records: Iterable[Record], fmt: str, out: TextIO,
@@ -189,7 +192,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "tail", formatter_class=argparse.RawDescriptionHelpFormatter,
         help="print decoded records as they arrive (text or JSON lines)",
-        description="Subscribe to rezolus-ue tracepoints (perf_event_open, one ring per CPU)"
+        description="Subscribe to rezolus-ue tracepoints (perf_event_open, one ring per CPU),"
+        " user_events:rezolus_* or, on kernels without user_events, rezolus_ue:rezolus_*,"
         " and print each record: time, event, fields. Waits for the agent unless --no-wait.",
         epilog=_EPILOG,
     )

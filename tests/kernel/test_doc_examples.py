@@ -7,12 +7,14 @@ the test cannot run as written (it runs until interrupted, it needs a terminal) 
 entry's ``as_run`` says. The agent is started as the README starts it.
 
 These run on this host through whichever transport ``transport = "auto"`` takes on its
-kernel (the ``bus`` fixture). The docs show the user_events form; on the uprobe transport
-(docs/kernels.md, "What differs") a command's ``user_events`` group and path name the
-``rezolus_ue`` group instead, and the output the docs show is checked in the form that
-transport prints (``Shell.claims``). The examples about user_events itself, their output
-in its form, and trace-cmd (this host refuses its write to ftrace_enabled) are in
-test_doc_examples_user_events.py.
+kernel (the ``bus`` fixture). A command that names a group is shown in both forms
+(``doc_examples.transport_of``); each test runs the form of this transport as written
+(``Shell.form``), and the other form runs where its transport is:
+test_doc_examples_user_events.py runs the user_events forms in the kernel tier, with the
+examples about user_events itself and trace-cmd (this host refuses its write to
+ftrace_enabled). A command that names no group works on both; what the docs show it
+print is in user_events' form, checked here in the form this transport prints
+(``Shell.claims``).
 
 We are root: ``sudo`` is a script that runs its arguments, first on PATH, then this
 checkout's .venv/bin (where setup.sh's /usr/local/bin/rezolus-ue link points in the clone
@@ -28,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -37,7 +40,7 @@ from waiting import scaled, wait_output
 
 from rezolus_ue.agent import read_status
 from rezolus_ue.consume.recfile import read_records
-from rezolus_ue.schema import CPU_USAGE, EVENTS
+from rezolus_ue.schema import CPU_USAGE, EVENTS, GROUPS
 
 from .conftest import Bus, wait_for
 
@@ -56,9 +59,11 @@ PROBE_IP = r"\([0-9a-f]+\) "
 class Shell:
     """Runs documented commands in ``cwd`` and remembers their output."""
 
-    def __init__(self, cwd: Path, bus: Bus) -> None:
+    def __init__(self, cwd: Path, bus: Bus, transport: str | None = None) -> None:
         self.cwd = cwd
-        self.bus = bus
+        #: The transport of the agent the commands run against (default: ``bus``'s).
+        self.transport = transport or bus.transport
+        self.group = GROUPS[self.transport]
         bin_dir = cwd / ".bin"
         bin_dir.mkdir(exist_ok=True)
         sudo = bin_dir / "sudo"
@@ -70,44 +75,48 @@ class Shell:
 
     @property
     def uprobe(self) -> bool:
-        return self.bus.transport == "uprobe"
+        return self.transport == "uprobe"
+
+    def form(self, key: str) -> str:
+        """Return the documented form of ``key`` for this transport: ``key`` itself if it
+        names no group (or this one's), else its twin naming this transport's group."""
+        twin = d.in_transport(key, self.transport)
+        assert twin in d.EXERCISED, (
+            f"the docs show {key!r} but not {twin!r}, its form for {self.transport}")
+        return twin
 
     def command(self, key: str, as_run: str | None) -> str:
-        """Return what to run for ``key``: the text, or its declared substitute, with the
-        docs' user_events group and tracefs path naming this transport's group."""
+        """Return what to run for ``key``: the text as written, or its declared substitute.
+        A form naming the other transport's group cannot run here (``form`` picks)."""
         how = d.EXERCISED[key]
         assert isinstance(how, d.Ran), key
         assert bool(as_run) == bool(how.as_run), (
             f"{key!r}: run as written unless the table declares a substitute")
+        assert d.transport_of(key) in (None, self.transport), (
+            f"{key!r} names another transport's group than {self.transport}'s")
         path, _, test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0].partition("::")
         RAN.add((f"{Path(path).name}::{test}", key))
-        text = as_run or key
-        if self.uprobe:
-            text = self._regroup(text).replace("events/user_events/",
-                                               f"events/{self.bus.group}/")
-        return text
-
-    def _regroup(self, text: str) -> str:
-        """Return ``text`` with the docs' ``user_events:rezolus_*`` naming this group."""
-        return re.sub(r"\buser_events:(?=rezolus_)", f"{self.bus.group}:", text)
+        return as_run or key
 
     def claims(self, e: d.Example) -> tuple[str, ...]:
         """Return the output lines ``e``'s docs show, in the form this transport prints.
 
-        The docs show user_events. On uprobe events (docs/kernels.md) the group is
-        ``rezolus_ue``; in what perf and ftrace print (our consumers print the same on both)
-        the kernel's ``__probe_ip`` field comes first, ftrace prints integers in decimal
-        only, and its context-flags column (``.....``) holds every flag set on this kernel:
-        that column is elided.
+        A command naming a group is shown with its own transport's output. One that names
+        none is shown with user_events' output; on uprobe events (docs/kernels.md) the
+        group is ``rezolus_ue``, in what perf, ftrace and trace-cmd print (our consumers
+        print the same on both) the kernel's ``__probe_ip`` field comes first, ftrace
+        prints integers in decimal only, and its context-flags column (``.....``) holds
+        every flag set on this kernel: that column is elided.
         """
-        if not self.uprobe:
+        if not self.uprobe or d.transport_of(e.key) == "uprobe":
             return e.claims
-        tracer = any(tool in e.key for tool in ("perf script", "trace_pipe"))
+        tracer = any(tool in e.key for tool in ("perf script", "trace_pipe",
+                                                "trace-cmd report"))
         out = []
         for c in e.claims:
-            if e.key == "sudo rezolus-ue check" and c.startswith("PASS  user_events:"):
+            if e.key == "sudo rezolus-ue check" and "user_events" in c:
                 continue  # docs/kernels.md shows an uprobe kernel's lines, added below
-            c = self._regroup(c)
+            c = d.in_transport(c, self.transport)
             if tracer:
                 c = re.sub(r"\b(rezolus_\w+:\s+)(?=\w+=)", r"\1(...) ", c)
                 c = re.sub(r"=0x[0-9a-f.]+ \(([^)]*)\)", r"=\1", c)
@@ -123,7 +132,7 @@ class Shell:
             if e.key == key and (source is None or e.source == source):
                 bad = d.unmatched_claims(self.claims(e), output)
                 assert not bad, (f"{e.source}:{e.line}: {key!r} printed no line like {bad}"
-                                 f" ({self.bus}):\n{output[-3000:]}")
+                                 f" ({self.transport}):\n{output[-3000:]}")
 
     def run(self, key: str, as_run: str | None = None, *, timeout: float = 300,
             ok: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -258,13 +267,15 @@ def _settled(pid: int) -> bool:
         for s in st["samplers"].values())
 
 
-def assert_every_listed_ran(module: str) -> None:
+def assert_every_listed_ran(module: str, transport: str) -> None:
     """Assert that every command the table gives to a test of ``module`` (a file of
     tests/kernel) that ran in this process was run by it; deselected tests are not
-    counted. Each module checks its own share: they run in different tiers."""
+    counted, nor forms naming another transport than ``transport`` (the agent's here).
+    Each module checks its own share: they run in different tiers."""
     tests = {t for t, _ in RAN}
     mine = {key: how.test.rpartition("/")[2] for key, how in d.EXERCISED.items()
-            if isinstance(how, d.Ran) and how.test.startswith(f"tests/kernel/{module}::")}
+            if isinstance(how, d.Ran) and how.test.startswith(f"tests/kernel/{module}::")
+            and d.transport_of(key) in (None, transport)}
     missed = [f"{test}: {key!r}" for key, test in mine.items()
               if test in tests and (test, key) not in RAN]
     assert not missed, "listed in tests/doc_examples.py but not run:\n" + "\n".join(missed)
@@ -281,6 +292,10 @@ def agent(sh: Shell) -> Iterator[subprocess.Popen[bytes]]:
     yield from readme_agent(sh, hold=True)
 
 
+#: The README's perf example, in its user_events form (``Shell.form`` picks the one to run).
+README_PERF = "sudo perf record -e 'user_events:rezolus_*' -a -- sleep 3 && sudo perf script"
+
+
 def test_readme_tour(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
     # The README's first set-up command: CI ran scripts/setup.sh (scripts/test.sh does),
     # and the agent fixture started `rezolus-ue run`, as the table declares.
@@ -291,12 +306,12 @@ def test_readme_tour(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
     assert "rezolus_cpu_usage" in events and f"pid {agent.pid}" in events, events
     assert "instances" in events, "events suggests the global ftrace buffer"
 
-    key = "sudo perf record -e 'user_events:rezolus_*' -a -- sleep 3 && sudo perf script"
+    key = sh.form(README_PERF)
     out = sh.run(key).stdout
     sh.check_claims(key, out)
     # The README: the process in perf's records is the agent, by its command name; the
     # number is the writing thread's id, the agent's pid for its main thread.
-    procs = {tuple(ln.split()[:2]) for ln in out.splitlines() if f"{sh.bus.group}:" in ln}
+    procs = {tuple(ln.split()[:2]) for ln in out.splitlines() if f"{sh.group}:" in ln}
     assert {c for c, _ in procs} == {"rezolus-ue"}, procs
     assert ("rezolus-ue", str(agent.pid)) in procs, procs
 
@@ -304,9 +319,11 @@ def test_readme_tour(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
                  "sudo rezolus-ue tail rezolus_cpu_usage --count 4").stdout
     sh.check_claims("sudo rezolus-ue tail rezolus_cpu_usage", out)
 
-    key = "sudo rezolus-ue tail rezolus_memory --format json | jq .available_bytes"
-    out = sh.run(key, "sudo rezolus-ue tail rezolus_memory --count 2 --format json"
-                      " | jq .available_bytes").stdout
+    key = ("sudo rezolus-ue tail 'rezolus_memory*' --format json"
+           " | jq 'select(.event == \"rezolus_memory\") | .available_bytes'")
+    how = d.EXERCISED[key]
+    assert isinstance(how, d.Ran)
+    out = sh.run(key, how.as_run).stdout
     sh.check_claims(key, out)
     assert [v.isdigit() for v in out.split()] == [True, True], out
 
@@ -321,20 +338,27 @@ def test_ftrace_instance(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
 
 
 def ftrace_instance(sh: Shell) -> None:
-    """The README's ftrace instance block, as written, checked against what it shows."""
-    enable = ("echo {} | sudo tee /sys/kernel/tracing/instances/mine/events/user_events/"
-              "rezolus_cpu_usage/enable")
+    """The README's ftrace instance block, as written (on either transport: set_event
+    takes the event's name alone), checked against what it shows."""
+    enable = "echo rezolus_cpu_usage | sudo tee /sys/kernel/tracing/instances/mine/set_event"
+    rmdir = "sudo rmdir /sys/kernel/tracing/instances/mine"
     sh.run("sudo mkdir /sys/kernel/tracing/instances/mine")
+    removed = False
     try:
-        sh.check_claims(enable.format(1), sh.run(enable.format(1)).stdout)
+        sh.check_claims(enable, sh.run(enable).stdout)
+        # What set_event enabled: the event in this transport's group.
+        switch = TRACING / "instances/mine/events" / sh.group / "rezolus_cpu_usage/enable"
+        assert switch.read_text().strip() == "1", switch
         key = "sudo cat /sys/kernel/tracing/instances/mine/trace_pipe"
         out = sh.run(key, f"timeout 60 {key} | head -n 2").stdout
         # The README says so: ftrace prints <...> for a task whose name it has not cached.
         sh.check_claims(key, re.sub(r"<\.\.\.>-(\d+)", r"rezolus-ue-\1", out))
         assert len(out.splitlines()) == 2, out
-        sh.check_claims(enable.format(0), sh.run(enable.format(0)).stdout)
+        sh.run(rmdir)
+        removed = True
     finally:
-        sh.run("sudo rmdir /sys/kernel/tracing/instances/mine")
+        if not removed:
+            subprocess.run(["rmdir", str(TRACING / "instances/mine")], check=False)
     assert not (TRACING / "instances/mine").exists()
 
 
@@ -457,6 +481,10 @@ def test_exporter(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
                 wait_for(scraped, timeout=180, step=1)
             except AssertionError:
                 sh.check_claims(curl, sh.run(curl, ok=False).stdout)
+            # Its `/` page names the group it follows: this transport's.
+            with urllib.request.urlopen("http://127.0.0.1:9745/", timeout=60) as r:
+                page = r.read().decode()
+            assert f"{sh.group}:rezolus_*" in page and sh.transport in page, page
         finally:
             assert stop(proc) == 0, log.read_text()
 
@@ -465,40 +493,59 @@ def _claims(key: str) -> tuple[str, ...]:
     return next(e.claims for e in d.examples() if e.key == key and e.claims)
 
 
+#: rezolus-ue(8)'s perf commands, in their user_events form (``Shell.form`` picks).
+MAN_PERF = "perf record -e 'user_events:rezolus_*' -a -- sleep 3 && perf script"
+MAN_PERF_DIST = "sudo perf record -e user_events:rezolus_cpu_usage_dist -a -- sleep 10"
+MAN_PERF_ALL = "sudo perf record -e 'user_events:rezolus_*' -a -- sleep 3"
+
+
 def test_man_page_consuming(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
-    g = sh.bus.group
-    fmt = sh.run("cat /sys/kernel/tracing/events/user_events/rezolus_cpu_usage/format").stdout
+    man_page_consuming(sh)
+
+
+def man_page_consuming(sh: Shell) -> None:
+    """rezolus-ue(8) CONSUMING: the format file, perf, then ftrace's global buffer and an
+    instance, each block as written in one shell (set_event names the event alone, so
+    the blocks are the same on both transports)."""
+    fmt = sh.run("cat /sys/kernel/tracing/events/*/rezolus_cpu_usage/format").stdout
     assert "field:u32 cpu;" in fmt and "field:u64 user_ns;" in fmt, fmt
-    out = sh.run("perf record -e 'user_events:rezolus_*' -a -- sleep 3 && perf script").stdout
-    assert f"{g}:rezolus_cpu_usage:" in out
+    out = sh.run(sh.form(MAN_PERF)).stdout
+    assert f"{sh.group}:rezolus_cpu_usage:" in out
     # ftrace prints user_events integers as "cpu=0x1 (1)", uprobe ones as "cpu=1", after
     # the probe's address.
     record = (r"rezolus_cpu_usage: \(0x[0-9a-f]+\) cpu=\d+ " if sh.uprobe
               else r"rezolus_cpu_usage: cpu=0x")
-    # The global buffer, then an instance: each man block as written, in one shell; the
-    # trace_pipe read until interrupted is bounded (the table's substitution).
-    for pipe in ("trace_pipe", "instances/rezolus/trace_pipe"):
-        instance = pipe.startswith("instances/")
-        ev = ("instances/rezolus/" if instance else "") + "events/user_events/rezolus_cpu_usage"
-        steps: list[Step] = ["cd /sys/kernel/tracing"]
-        steps += ["mkdir instances/rezolus"] if instance else []
-        steps += [f"echo 1 > {ev}/enable", (f"cat {pipe}", f"timeout 60 cat {pipe} | head -n 2")]
-        steps += ["rmdir instances/rezolus"] if instance else [f"echo 0 > {ev}/enable"]
+    # The trace_pipe read until interrupted is bounded (the table's substitution).
+    blocks: list[list[Step]] = [
+        ["cd /sys/kernel/tracing", "echo rezolus_cpu_usage >> set_event",
+         ("cat trace_pipe", "timeout 60 cat trace_pipe | head -n 2"),
+         "echo '!rezolus_cpu_usage' >> set_event"],
+        ["cd /sys/kernel/tracing", "mkdir instances/rezolus",
+         "echo rezolus_cpu_usage > instances/rezolus/set_event",
+         ("cat instances/rezolus/trace_pipe",
+          "timeout 60 cat instances/rezolus/trace_pipe | head -n 2"),
+         "rmdir instances/rezolus"]]
+    for steps in blocks:
         out = sh.script(steps)
         assert len(re.findall(record, out)) == 2, out
     assert not (TRACING / "instances/rezolus").exists()
+    enable = TRACING / "events" / sh.group / "rezolus_cpu_usage/enable"
+    assert enable.read_text().strip() == "0", "the man page's ftrace block left it enabled"
+
+
+def stop_readme_agent(agent: subprocess.Popen[bytes]) -> None:
+    """Stop the README's agent and its held consumer (once: later calls do nothing)."""
+    listener = HELD.pop("listener", None)
+    if listener is not None:
+        listener.close()  # type: ignore[attr-defined]
+    assert stop(agent) == 0
 
 
 def test_agent_variants(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
     """Last: the man page's and docs/security.md's other ways to run the agent, each
     after stopping the README's agent (the persistent one is in
     test_doc_examples_user_events.py: persist is a user_events flag)."""
-    HELD.pop("listener").close()  # type: ignore[attr-defined]
-    assert stop(agent) == 0
-    g = sh.bus.group
-    started = ("for i in $(seq 1500); do grep -qE 'publishing [0-9]+ events' agent2.log"
-               " && break; sleep 0.2; done")
-    term = "kill -TERM %1; wait %1 || true"
+    stop_readme_agent(agent)
     # docs/security.md: a config file others can write is refused.
     out = sh.script(["sudo rezolus-ue run"], {
         0: "mkdir -p /etc/rezolus-ue && echo '[agent]' > /etc/rezolus-ue/config.toml"
@@ -506,20 +553,28 @@ def test_agent_variants(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
         1: "echo status=$?"}, namespace=True)
     assert "status=2" in out or "status=1" in out, out
     sh.check_claims("sudo rezolus-ue run", out, "docs/security.md")
-    # rezolus-ue(8) EXAMPLES: a 20ms sample interval, the _dist records with perf.
+    agent_with_dist(sh)
+
+
+def agent_with_dist(sh: Shell) -> None:
+    """rezolus-ue(8) EXAMPLES: a 20ms sample interval, the _dist records with perf, then
+    every event for three seconds (no other agent runs)."""
+    started = ("for i in $(seq 1500); do grep -qE 'publishing [0-9]+ events' agent2.log"
+               " && break; sleep 0.2; done")
+    term = "kill -TERM %1; wait %1 || true"
     out = sh.script(
         [("sudo rezolus-ue run -s 20ms", "sudo rezolus-ue run -s 20ms &"),
-         "sudo perf record -e user_events:rezolus_cpu_usage_dist -a -- sleep 10",
-         "sudo perf script", "sudo rezolus-ue events",
-         "sudo perf record -e 'user_events:rezolus_*' -a -- sleep 3", "sudo perf script"],
+         sh.form(MAN_PERF_DIST), "sudo perf script", "sudo rezolus-ue events",
+         sh.form(MAN_PERF_ALL), "sudo perf script"],
         {0: "exec 3>&1 >agent2.log 2>&1", 1: f"{started}; exec >&3",
          6: f"{term}"})
     ip = PROBE_IP if sh.uprobe else ""
-    assert re.search(rf"{g}:rezolus_cpu_usage_dist: {ip}cpu=", out), out[-3000:]
+    assert re.search(rf"{sh.group}:rezolus_cpu_usage_dist: {ip}cpu=", out), out[-3000:]
+    assert re.search(rf"{sh.group}:rezolus_agent: {ip}pid=", out), out[-3000:]
     assert "rezolus-ue: publishing" in (sh.cwd / "agent2.log").read_text()
 
 
-def test_every_listed_command_ran() -> None:
+def test_every_listed_command_ran(bus: Bus) -> None:
     """Last: every command the table gives to a test of this module that ran was run by
     it (test_doc_examples_user_events.py checks its own share, in its tier)."""
-    assert_every_listed_ran(Path(__file__).name)
+    assert_every_listed_ran(Path(__file__).name, bus.transport)

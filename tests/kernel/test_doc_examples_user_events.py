@@ -1,15 +1,19 @@
-"""The docs' examples about user_events itself, run as a reader runs them, against the
-README's agent: kept in the kernel tier, so on this development host they run in the VM.
+"""The docs' user_events forms and examples about user_events itself, run as a reader
+runs them, against the README's agent: kept in the kernel tier, so on this development
+host they run in the VM.
 
-test_doc_examples.py runs the rest of the docs on this host's transport. These need
-user_events: the output the README shows in its form (``rezolus-ue check``'s user_events
-line, perf's ``user_events:`` records, ftrace's ``cpu=0x1 (1)``), its ``user_events_data``
-file modes (the ``tracing`` group), the ``persist = true`` flag and
-``user_events_status``, and a BPF program that never runs on a user_events tracepoint.
-trace-cmd is here too: it writes /proc/sys/kernel/ftrace_enabled before it records, which
-this host refuses (EPERM, even for the value it holds).
+test_doc_examples.py runs the rest of the docs on this host's transport, and the forms of
+commands naming the uprobe transport's group. These need user_events: the commands in
+their ``user_events:`` and ``events/user_events/`` forms (perf, the man page's examples),
+the output the README shows in its form (``rezolus-ue check``'s user_events lines, perf's
+``user_events:`` records, ftrace's ``cpu=0x1 (1)``), its ``user_events_data`` file modes
+(the ``tracing`` group), the ``persist = true`` flag and ``user_events_status``, and a BPF
+program that never runs on a user_events tracepoint. trace-cmd is here too, on both
+transports (its commands name the event alone): it writes
+/proc/sys/kernel/ftrace_enabled before it records, which this host refuses (EPERM, even
+for the value it holds).
 
-The commands run as written, in their user_events form (this tier's kernel has them).
+The commands run as written (this tier's kernel has user_events, and uprobe events).
 """
 
 from __future__ import annotations
@@ -22,20 +26,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from uprobe.conftest import Agent, shipped_config
 from waiting import scaled
 
 from tracefs_tools import Tracefs
 
 from .conftest import Bus, wait_for
 from .test_doc_examples import (
-    HELD,
+    README_PERF,
     TRACING,
     Shell,
     Step,
+    agent_with_dist,
     assert_every_listed_ran,
     ftrace_instance,
+    man_page_consuming,
     readme_agent,
     stop,
+    stop_readme_agent,
 )
 
 pytestmark = pytest.mark.kernel
@@ -57,17 +65,31 @@ def test_user_events_output_as_shown(sh: Shell, agent: subprocess.Popen[bytes]) 
     """The README's output in the user_events form it shows, as written: `check`, perf's
     records, ftrace's (test_doc_examples.py runs the same on this host's transport)."""
     sh.check_claims("sudo rezolus-ue check", sh.run("sudo rezolus-ue check").stdout)
-    key = "sudo perf record -e 'user_events:rezolus_*' -a -- sleep 3 && sudo perf script"
+    key = sh.form(README_PERF)
+    assert key == README_PERF, key
     sh.check_claims(key, sh.run(key).stdout)
     ftrace_instance(sh)
 
 
+def test_man_page_consuming(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
+    """rezolus-ue(8) CONSUMING in its user_events forms (test_doc_examples.py runs the
+    uprobe ones)."""
+    man_page_consuming(sh)
+
+
 def test_trace_cmd(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
+    trace_cmd(sh)
+
+
+def trace_cmd(sh: Shell) -> None:
+    """The README's and rezolus-ue(8)'s trace-cmd commands, as written, checked against
+    what the README shows (in the form ``sh``'s transport prints)."""
+    ip = r"\([0-9a-f]+\)\s+" if sh.uprobe else ""
     for sudo in ("sudo ", ""):
-        sh.run(f"{sudo}trace-cmd record -e user_events:rezolus_cpu_usage sleep 5")
+        sh.run(f"{sudo}trace-cmd record -e rezolus_cpu_usage sleep 5")
         report = sh.run(f"{sudo}trace-cmd report").stdout
         sh.check_claims(f"{sudo}trace-cmd report", report)
-        assert len(re.findall(r"rezolus_cpu_usage:\s+cpu=", report)) >= 2, report
+        assert len(re.findall(rf"rezolus_cpu_usage:\s+{ip}cpu=", report)) >= 2, report
 
 
 def test_bpftrace_sees_no_record(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
@@ -130,12 +152,18 @@ def test_tracing_group(sh: Shell) -> None:
     assert ("ok" in out.splitlines()[-1]) == (data.stat().st_mode & 0o060 == 0o060), out
 
 
+def test_agent_variants(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
+    """rezolus-ue(8) EXAMPLES' agent with a 20ms sample interval and its perf commands in
+    their user_events forms, after stopping the README's agent."""
+    stop_readme_agent(agent)
+    agent_with_dist(sh)
+
+
 def test_agent_persists(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
-    """Last but one: rezolus-ue(8)'s agent with a config file and interval, after stopping
-    the README's agent; its events persist (persist = true, a user_events flag) until
-    deleted with `events --delete`, as SIGNALS says."""
-    HELD.pop("listener").close()  # type: ignore[attr-defined]
-    assert stop(agent) == 0
+    """rezolus-ue(8)'s agent with a config file and interval, after stopping the README's
+    agent; its events persist (persist = true, a user_events flag) until deleted with
+    `events --delete`, as SIGNALS says."""
+    stop_readme_agent(agent)
     started = ("for i in $(seq 1500); do grep -qE 'publishing [0-9]+ events' agent2.log"
                " && break; sleep 0.2; done")
     term = "kill -TERM %1; wait %1 || true"
@@ -173,7 +201,23 @@ def _bpf_samplers() -> list[str]:
     return [n for n, c in REGISTRY.items() if issubclass(c, BpfSampler)]
 
 
-def test_every_listed_command_ran() -> None:
+def test_trace_cmd_on_uprobe_events(sh: Shell, agent: subprocess.Popen[bytes],
+                                    tmp_path: Path) -> None:
+    """Last but one: the README's and rezolus-ue(8)'s trace-cmd commands, as written,
+    against an agent on the uprobe transport (the shipped config with transport =
+    "uprobe", as tests/uprobe runs it), after the README's agent has stopped: they name
+    the event alone, so they work on both transports."""
+    stop_readme_agent(agent)
+    up = Shell(sh.cwd, sh.bus, transport="uprobe")
+    a = Agent("run", "--config", str(shipped_config(tmp_path)))
+    try:
+        a.wait_defined(Tracefs(TRACING))
+        trace_cmd(up)
+    finally:
+        a.close()
+
+
+def test_every_listed_command_ran(bus: Bus) -> None:
     """Last: every command the table gives to a test of this module that ran was run by
     it (test_doc_examples.py checks its own share, on this host)."""
-    assert_every_listed_ran(Path(__file__).name)
+    assert_every_listed_ran(Path(__file__).name, bus.transport)
