@@ -34,8 +34,17 @@ USERADD = ("`groupadd --system tracing && useradd --system --no-create-home --sh
            f" /usr/sbin/nologin --groups tracing {USER}`")
 #: The program path the unit templates name; replaced by the installed one.
 TEMPLATE_PROGRAM = "/opt/rezolus-ue/.venv/bin/rezolus-ue"
-#: Where ProtectHome=yes hides everything from the services.
-HIDDEN = (Path("/home"), Path("/root"), Path("/run/user"))
+#: The paths a unit setting hides from the service's processes (systemd.exec(5)); which
+#: of them apply is read from the units' own text.
+HIDING: dict[tuple[str, str], tuple[str, ...]] = {
+    ("ProtectHome", "yes"): ("/home", "/root", "/run/user"),
+    ("ProtectHome", "tmpfs"): ("/home", "/root", "/run/user"),
+    ("PrivateTmp", "yes"): ("/tmp", "/var/tmp"),
+    ("PrivateTmp", "disconnected"): ("/tmp", "/var/tmp"),
+}
+#: Settings whose values are themselves paths hidden from the service.
+HIDING_LISTS = ("InaccessiblePaths", "TemporaryFileSystem")
+_TRUE = frozenset({"1", "yes", "true", "on"})
 EXPORTER_DEFAULTS = """\
 # Options of `rezolus-ue exporter` for rezolus-ue-exporter.service (see rezolus-ue(8)).
 # For a remote Prometheus, listen on every address and firewall the port:
@@ -53,9 +62,43 @@ def default_program() -> str:
     return f"{exe.absolute()} -m rezolus_ue"
 
 
-def hidden_by_protect_home(path: Path) -> bool:
-    """Return True if ``path`` lies where ProtectHome=yes hides it from the services."""
-    return any(path == h or h in path.parents for h in HIDDEN)
+def hidden_paths(unit_text: str) -> dict[Path, str]:
+    """Return each path the unit hides from its processes -> the setting that hides it."""
+    last: dict[str, str] = {}
+    out: dict[Path, str] = {}
+    for line in unit_text.splitlines():
+        if not line.strip() or line.startswith(("#", ";", "[")):
+            continue
+        key, _, value = (part.strip() for part in line.partition("="))
+        if key in HIDING_LISTS:
+            if not value:  # an empty assignment resets the list
+                out = {p: s for p, s in out.items() if not s.startswith(f"{key}=")}
+            for word in value.split():
+                path = word.lstrip("-+").split(":", 1)[0]
+                out[Path(path)] = f"{key}={word}"
+        else:
+            last[key] = "yes" if value.lower() in _TRUE else value
+    for (key, value), paths in HIDING.items():
+        if last.get(key) == value:
+            out.update((Path(p), f"{key}={value}") for p in paths)
+    return out
+
+
+def hidden_by(path: Path, unit_text: str) -> tuple[Path, str] | None:
+    """Return the hidden path ``path`` lies under and the unit setting hiding it, or None."""
+    for hidden, setting in hidden_paths(unit_text).items():
+        if path == hidden or hidden in path.parents:
+            return hidden, setting
+    return None
+
+
+def unit_templates(exporter: bool) -> dict[str, str]:
+    """Return the unit templates to install: name -> text."""
+    if not UNITS_DIR.is_dir():
+        raise RezolusError(f"no unit templates in {UNITS_DIR}: install-service runs from a"
+                           " source tree (see README, 'Install as a service')")
+    names = [AGENT_UNIT, EXPORTER_UNIT] if exporter else [AGENT_UNIT]
+    return {name: (UNITS_DIR / name).read_text() for name in names}
 
 
 def render_unit(template: str, program: str) -> str:
@@ -67,7 +110,7 @@ def render_unit(template: str, program: str) -> str:
 
 def config_text() -> str:
     """Return the text of a new /etc/rezolus-ue/config.toml: every option at its default."""
-    from .docs import default_config
+    from .samplers import default_config
 
     head = (f"# {cfg.SYSTEM_CONFIG}: written by `rezolus-ue install-service` with every"
             " option at its default.\n# Edit it, check it with `rezolus-ue config check`,"
@@ -121,13 +164,9 @@ def install(root: Path, program: str, *, exporter: bool = True,
             create_user: bool = True) -> list[str]:
     """Install into the tree ``root``; return one line per thing done."""
     done: list[str] = []
-    if not UNITS_DIR.is_dir():
-        raise RezolusError(f"no unit templates in {UNITS_DIR}: install-service runs from a"
-                           " source tree (see README, 'Install as a service')")
-    units = [AGENT_UNIT, EXPORTER_UNIT] if exporter else [AGENT_UNIT]
-    for name in units:
+    for name, template in unit_templates(exporter).items():
         dest = root / "etc/systemd/system" / name
-        what = _write(dest, render_unit((UNITS_DIR / name).read_text(), program))
+        what = _write(dest, render_unit(template, program))
         done.append(f"{what} {dest}")
     if exporter:
         defaults = root / "etc/default/rezolus-ue-exporter"
@@ -193,11 +232,12 @@ def _run(args: argparse.Namespace) -> int:
     exe = Path(program.split()[0])
     if not exe.is_absolute():
         raise ConfigError(f"--program must be an absolute path, not {program!r}")
-    for where in [exe] + ([TREE] if args.program is None else []):
-        if hidden_by_protect_home(where):
-            raise RezolusError(f"{where} is under {', '.join(map(str, HIDDEN))}, which the"
-                               " units hide (ProtectHome=yes): install rezolus-ue under /opt"
-                               " (see README, 'Install as a service')")
+    for name, template in unit_templates(not args.no_exporter).items():
+        for where in [exe] + ([TREE] if args.program is None else []):
+            if hit := hidden_by(where, template):
+                raise RezolusError(f"{where} is under {hit[0]}, which {name} hides"
+                                   f" ({hit[1]}): install rezolus-ue under /opt (see README,"
+                                   " 'Install as a service')")
     if root == Path("/") and not os.access(exe, os.X_OK):
         raise RezolusError(f"{exe} is not an executable program")
     if args.now and root != Path("/"):
@@ -251,7 +291,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="install into the tree DIR instead of / (for images and tests)")
     p.add_argument("--program", metavar="PATH",
                    help="the program the units run (default: this installation's"
-                   f" {default_program()})")
+                   " rezolus-ue script beside its Python, else `python -m rezolus_ue`)")
     p.add_argument("--no-exporter", action="store_true",
                    help=f"install only {AGENT_UNIT}, not {EXPORTER_UNIT}")
     p.add_argument("--no-create-user", dest="create_user", action="store_false",

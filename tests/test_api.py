@@ -23,8 +23,8 @@ from test_recorder import workload
 
 import rezolus_ue
 from rezolus_ue.consume import recblocks, recfile
-from rezolus_ue.consume.records import Record, record_from_json
-from rezolus_ue.consume.source import RecordingSource, open_source
+from rezolus_ue.consume.records import JSON_META, Record, record_from_json
+from rezolus_ue.consume.source import JsonLinesSource, RecordingSource, open_source
 from rezolus_ue.consume.top import Paced
 from rezolus_ue.errors import ConfigError, RezolusError
 from rezolus_ue.metrics import h2
@@ -92,6 +92,36 @@ def test_subscribe_a_recording_keeps_fields_and_metadata_apart(tmp_path: Path) -
     assert record_from_json(json.loads(json.dumps(d))) == r
     with pytest.raises(KeyError):
         r["common_cpu"]  # metadata is not a field
+
+
+def test_tail_json_is_to_json_with_the_wall_offset(tmp_path: Path) -> None:
+    """``tail --format json`` prints ``Record.to_json(wall_offset_ns)``, which differs from
+    ``to_json()`` by ``time`` alone, and JSON lines read back as the same records."""
+    recs = workload(2)
+    rec = tmp_path / "w.rzr"
+    recfile.write_native(recs, rec, {**recfile.recording_meta(), "wall_offset_ns": 5 * S})
+    p = subprocess.run([sys.executable, "-m", "rezolus_ue", "tail", "--from", str(rec),
+                        "--format", "json"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert p.returncode == 0, p.stderr
+    lines = [json.loads(line) for line in p.stdout.splitlines()]
+    assert lines == [json.loads(json.dumps(r.to_json(5 * S))) for r in recs]
+    for r, d in zip(recs, lines, strict=True):
+        assert d["time"] == r.time_ns + 5 * S
+        assert {k: v for k, v in d.items() if k != "time"} == json.loads(json.dumps(r.to_json()))
+    jsonl = tmp_path / "w.jsonl"
+    jsonl.write_text(p.stdout)
+    src = JsonLinesSource(str(jsonl))
+    got: list[Record] = []
+    while not src.exhausted:
+        got += src.poll(1000)
+    src.close()
+    assert got == recs
+
+
+def test_no_event_field_takes_a_json_metadata_key() -> None:
+    for sch in by_name().values():
+        assert not {f.name for f in sch.fields} & set(JSON_META), sch.name
 
 
 def test_subscribe_histogram_helpers(tmp_path: Path) -> None:

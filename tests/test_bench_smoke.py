@@ -106,6 +106,47 @@ def test_scale_fixtures_read_as_the_samplers_expect() -> None:
     assert reader._plan is not None and times._last is not None
 
 
+def test_uprobe_enable_reports_every_figure(capsys: pytest.CaptureFixture[str]) -> None:
+    ue = load("uprobe_enable")
+    ph = ue.Phases(first_open=[2e-5], other_open=[1e-5], enable=[3e-5], close_other=[4e-5],
+                   close_last=[0.08], close=[0.08], add_total=[7e-5])
+    r = ue.Result("rezolus_ue", 52, 2, 1, "xfs",
+                  perf={1: [(0.1, 1.0, 1.1)], 52: [(0.2, 4.8, 5.0)]},
+                  perf_base={1: [(0.1, 1.0, 1.1)], 52: [(0.2, 2.3, 2.5)]},
+                  rings={1: [(0.005, 0.07)], 52: [(0.01, 4.2)]},
+                  rings_base={1: [(0.001, 0.04)], 52: [(0.01, 2.0)]},
+                  phases=ph, phases_base=ph)
+    ue.report(r)
+    out = capsys.readouterr().out
+    assert "rezolus_ue per event: open + enable 0.07 ms, close 80.00 ms" in out
+    assert "rezolus_ue perf record -a, every event: sampling after 0.20 s, teardown 4.80 s" in out
+    assert "2.0x" in out  # perf record, every event: ours / the kernel tracepoints'
+
+
+@pytest.mark.host
+@pytest.mark.skipif(os.geteuid() != 0, reason="perf_event_open on tracepoints (root)")
+def test_uprobe_enable_times_kernel_tracepoints() -> None:
+    """The baseline half of bench/uprobe_enable.py, which needs no agent."""
+    from rezolus_ue.linux.perf_ring import TracepointRings
+    from tracefs_tools import Tracefs, find_tracefs
+
+    ue = load("uprobe_enable")
+    tfs = Tracefs(find_tracefs(mount=True))
+    base = ue.baseline(tfs, 2)
+    if base is None:
+        pytest.skip("no baseline tracepoint group in this kernel")
+    ids = [tfs.event_id(*name.split(":", 1)) for name in base[1]]
+    ph = ue.Phases()
+    with TracepointRings(ring_pages=1) as rings:
+        ue.open_all(rings, ids, ph)
+        assert rings.tracepoints == []  # open_all closed what it opened
+    assert len(ph.first_open) == len(ph.close_last) == len(ph.close) == 2
+    assert len(ph.other_open) == len(ph.close_other) == 2 * (len(rings.cpus) - 1)
+    if shutil.which("perf") is not None:
+        sampling, teardown, total = ue.perf_record(base[1][:1])
+        assert 0 < sampling < total and 0 < teardown < total
+
+
 def test_all_extracts_figures_and_renders_the_table() -> None:
     all_ = load("all")
     outputs = {

@@ -196,6 +196,8 @@ def test_no_exporter(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     ([], "rezolus-ue", "--program must be an absolute path"),
     ([], "/home/me/rezolus-ue/.venv/bin/rezolus-ue", "(ProtectHome=yes)"),
     ([], "/root/.venv/bin/rezolus-ue", "install rezolus-ue under /opt"),
+    ([], "/tmp/rezolus-ue/.venv/bin/rezolus-ue", "(PrivateTmp=yes)"),
+    (["--no-exporter"], "/var/tmp/x/rezolus-ue", "rezolus-ue.service hides (PrivateTmp=yes)"),
 ])
 def test_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
                   program: str, needle: str) -> None:
@@ -211,10 +213,26 @@ def test_default_program_is_this_installation() -> None:
     assert os.access(prog, os.X_OK)
 
 
-def test_hidden_by_protect_home() -> None:
-    hidden = service_cmd.hidden_by_protect_home
-    assert hidden(Path("/home/a/x")) and hidden(Path("/root")) and hidden(Path("/run/user/0/x"))
-    assert not hidden(Path("/opt/rezolus-ue")) and not hidden(Path("/homeless/x"))
+@pytest.mark.parametrize("name", [service_cmd.AGENT_UNIT, service_cmd.EXPORTER_UNIT])
+def test_hidden_paths_of_the_shipped_units(name: str) -> None:
+    text = (UNITS / name).read_text()
+    for path in ("/home/a/x", "/root", "/run/user/0/x", "/tmp/x", "/var/tmp/x/y"):
+        assert service_cmd.hidden_by(Path(path), text), path
+    for path in ("/opt/rezolus-ue", "/homeless/x", "/tmpfoo/x", "/var/lib/x", "/usr/bin/x"):
+        assert service_cmd.hidden_by(Path(path), text) is None, path
+
+
+@pytest.mark.parametrize(("text", "hidden"), [
+    ("[Service]\nProtectHome=yes\n", {"/home", "/root", "/run/user"}),
+    ("ProtectHome=true\nPrivateTmp=on\n", {"/home", "/root", "/run/user", "/tmp", "/var/tmp"}),
+    ("ProtectHome=read-only\nPrivateTmp=no\n", set()),
+    ("PrivateTmp=yes\nPrivateTmp=no\n", set()),  # the last assignment counts
+    ("# PrivateTmp=yes\nInaccessiblePaths=-/srv/a /srv/b\n", {"/srv/a", "/srv/b"}),
+    ("InaccessiblePaths=/srv/a\nInaccessiblePaths=\nTemporaryFileSystem=/var:ro\n",
+     {"/var"}),
+])
+def test_hidden_paths_follow_the_units_settings(text: str, hidden: set[str]) -> None:
+    assert set(map(str, service_cmd.hidden_paths(text))) == hidden
 
 
 def test_no_create_user_needs_the_user(tmp_path: Path,

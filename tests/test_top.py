@@ -359,6 +359,31 @@ def test_any_histogram_event_shows_in_the_scheduler_panel() -> None:
     assert out.index("scheduler runqueue latency") < out.index("agent sampler refresh")
 
 
+SIZE = "rezolus_blockio_size"
+
+
+@pytest.mark.skipif(SIZE not in _SCHEMAS, reason="no block IO size event in the catalog")
+def test_bytes_have_one_style_in_every_panel() -> None:
+    """A byte histogram's values read as the disk, memory and cgroup panels' bytes do."""
+    host = Host()
+    m = Model()
+    sizes = [4096] * 90 + [MiB] * 10
+    for _ in range(2):
+        m.ingest(host.records() + hist_recs(SIZE, host.t + 90, ("read",), (S,), sizes))
+        m.flush()
+        host.advance()
+    h = next(h for h in m.view.hists if h.event == SIZE)
+    assert h.unit == "bytes"
+    out = text_of(m, 120, 40)
+    row = next(ln for ln in out.split("\n") if "blockio size" in ln)
+    p50 = tw.fmt_bytes(h2.bucket_bounds(h2.bucket_index(4096))[1])
+    p99 = tw.fmt_bytes(h2.bucket_bounds(h2.bucket_index(MiB))[1])
+    assert re.search(rf"\s100\s+{p50}\s+{p50}\s+{p99}\s+{p99}", row), row
+    assert re.fullmatch(r"\d\.\dK", p50) and re.fullmatch(r"\d\.\dM", p99)
+    assert "bytes" not in row and not re.search(r"\d[kM]B|\dk\b", row), row
+    assert "4.0G/16G" in out  # the memory panel's, in the same style
+
+
 def test_render_120x40_two_columns() -> None:
     out = text_of(two_intervals(ncpu=8, cgroups=12), 120, 40)
     lines = out.split("\n")[:-1]
@@ -486,6 +511,10 @@ def test_formatting() -> None:
     assert tw.fmt_pct(0.4) == "40.0%" and tw.fmt_pct(1.0) == "100%"
     assert tw.fmt_uptime(3 * 3600 + 12 * 60) == "3h12m"
     assert tw.fmt_value(1500, "us") == "1.5ms" and tw.fmt_value(120, "us") == "120us"
+    # Byte values, histograms' included, in one style: binary K, M, G.
+    for n in (512, 4608, 52 * 1024, 3 * MiB, 16 * GiB):
+        assert tw.fmt_value(n, "bytes") == tw.fmt_bytes(n)
+    assert tw.fmt_value(4608, "bytes") == "4.5K" and tw.fmt_bytes(52 * 1024) == "52K"
 
 
 def test_add_parser() -> None:
@@ -897,3 +926,15 @@ def test_screen_draws_each_line_once_cut_to_the_width() -> None:
     assert scr.plain == "cpu 42%\n" + "x" * 12 + "\n" + "界" * 6
     mono = Console(width=10, height=3, force_terminal=True, color_system=None)
     assert scr.ansi(mono, 10, 2) == "\x1b[Hcpu 42%\x1b[K\r\n" + "x" * 10 + "\x1b[K\x1b[J"
+
+
+def test_waiting_shows_the_subscriptions_reason_and_it_stays_beside_stale_data() -> None:
+    m = Model(host="testhost")
+    m.subscribed = ()
+    m.waiting = ("no agent is running, but 52 rezolus_ue events are still defined (an agent"
+                 " that was killed, or stopped while a consumer held them): `sudo rezolus-ue"
+                 " cleanup` removes them; then start it with `sudo rezolus-ue run`")
+    out = text_of(m, 100, 30)
+    assert "waiting: why, below" in out
+    assert "waiting: no agent is running, but 52 rezolus_ue events" in out
+    assert "cleanup` removes them" in out  # wrapped, not cut

@@ -16,7 +16,8 @@ import numpy as np
 
 from ..metrics import h2
 
-#: The keys of the JSON form that are not event fields (``time``: tail's wall clock).
+#: The keys of the JSON form that are not event fields (``time``: the wall clock, present
+#: when ``Record.to_json`` is given the source's wall offset, as tail gives it).
 JSON_META = ("event", "time_ns", "common_cpu", "common_pid", "time")
 
 
@@ -94,12 +95,14 @@ class Record:
         data = self.fields.get("buckets")
         return Histogram(h2.decode_sparse(data)) if isinstance(data, bytes | bytearray) else None
 
-    def to_json(self) -> dict[str, object]:
-        """Return the one JSON form of a record (tail's, ``record_from_json``'s input).
+    def to_json(self, wall_offset_ns: int | None = None) -> dict[str, object]:
+        """Return the one JSON form of a record (``tail --format json``'s, with the source's
+        ``wall_offset_ns``; ``record_from_json``'s input).
 
         The metadata under ftrace's reserved names (``event``, ``time_ns``, ``common_cpu``,
         ``common_pid``), then the event's fields; ``buckets`` as {index: count}, other
-        bytes as hex.
+        bytes as hex; last, given ``wall_offset_ns``, ``time``: ``time_ns`` plus it, in ns
+        since the epoch (a monotonic time alone cannot say which wall time it was).
         """
         out: dict[str, object] = {"event": self.event, "time_ns": self.time_ns,
                                   "common_cpu": self.common_cpu,
@@ -113,11 +116,14 @@ class Record:
                 out[k] = v.hex()
             else:
                 out[k] = v
+        if wall_offset_ns is not None:
+            out["time"] = self.time_ns + wall_offset_ns
         return out
 
 
 def record_from_json(d: dict[str, object]) -> Record:
-    """Return the record of its JSON form (``Record.to_json``, ``tail --format json``).
+    """Return the record of its JSON form (``Record.to_json``, ``tail --format json``);
+    ``time``, derived from ``time_ns``, is not read.
 
     Fields the schema declares as bytes come as hex, or for ``buckets`` as {index: count}.
     """

@@ -44,7 +44,8 @@ def fmt_int(n: int) -> str:
 
 
 def fmt_bytes(x: float | None) -> str:
-    """Return bytes in binary units in at most 5 characters: 512, 1.5K, 12.3M, 15.5G."""
+    """Return bytes in binary units (K = 1024) in at most 5 characters: 512, 1.5K, 123M,
+    9.5G. Every byte figure top shows goes through here: one style in every panel."""
     if x is None:
         return "-"
     if x < 1000:
@@ -80,7 +81,10 @@ def fmt_uptime(s: float) -> str:
 
 
 def fmt_value(v: int, unit: str) -> str:
-    """Return a histogram value with its unit: 120us, 1.5ms, 2.0s; else a number and unit."""
+    """Return a histogram value in its unit: durations as 120us, 1.5ms, 2.0s; bytes as
+    ``fmt_bytes``, the style of every panel's bytes; else a number and the unit."""
+    if unit == "bytes":
+        return fmt_bytes(v)
     scale = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}.get(unit)
     if scale is None:
         return fmt_num(v) + unit
