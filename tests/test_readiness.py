@@ -99,6 +99,7 @@ def test_an_event_held_by_ftrace_names_where() -> None:
 def test_silence_while_subscribed_is_explained_after_a_while() -> None:
     v = explain(situation([CPU], subscribed=[CPU], quiet_s=6.0))
     assert v.ready and "no record came for 6 s although the agent (pid 42) runs" in v.message
+    assert "its samplers say: cpu_usage active" in v.message
 
 
 def test_an_event_not_yet_registered_by_a_running_agent() -> None:

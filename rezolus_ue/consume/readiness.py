@@ -136,6 +136,20 @@ def _stale(defined: Mapping[str, set[str]]) -> str:
     return "; ".join(parts)
 
 
+def _samplers_of(events: Sequence[str], status: Mapping) -> str:
+    """Return what the agent's status says of the samplers that publish ``events``."""
+    from ..schema import EVENTS
+
+    names = dict.fromkeys(e.sampler for e in EVENTS if e.name in events)
+    samplers = status.get("samplers") or {}
+    out = []
+    for n in names:
+        info = samplers.get(n) or {}
+        reason = info.get("last_error") or info.get("reason")
+        out.append(f"{n} {info.get('status', 'unknown')}" + (f" ({reason})" if reason else ""))
+    return ", ".join(out) or "nothing"
+
+
 def explain(s: Situation) -> Verdict:
     """Return whether records can come, and what to tell the user about the wait."""
     if s.agent is None:
@@ -171,8 +185,9 @@ def explain(s: Situation) -> Verdict:
         notes.append(f"the agent (pid {pid}) has not registered {_names(pending)} yet")
     if live and s.quiet_s >= QUIET_S:
         notes.append(f"subscribed to {len(live)} events but no record came for"
-                     f" {s.quiet_s:.0f} s although the agent (pid {pid}) runs; `{PROG}"
-                     " events` shows what its samplers are doing")
+                     f" {s.quiet_s:.0f} s although the agent (pid {pid}) runs; its"
+                     f" samplers say: {_samplers_of(live, s.agent.status)} (`{PROG}"
+                     " events` shows more)")
     if not live and not notes:
         notes.append(f"the agent (pid {pid}) registers none of the events asked for")
     return Verdict(bool(live), "; ".join(notes) or None)
