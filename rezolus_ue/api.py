@@ -48,7 +48,7 @@ def subscribe(patterns: str | Iterable[str] | None = None,
     if isinstance(patterns, str):
         patterns = [patterns]
     events = resolve_events(patterns, costly=costly or source is not None)
-    with open_source(source, events, wait=wait) as src:
+    with open_source(source, events, wait=wait, asked=bool(patterns)) as src:
         while not src.exhausted:
             yield from src.poll(POLL_MS, SETTLE_MS)
 

@@ -21,7 +21,8 @@ class Asked(Exception):
 def asked(monkeypatch: pytest.MonkeyPatch) -> list:
     got: list = []
 
-    def open_source(source: object, events: object, wait: bool = True) -> None:
+    def open_source(source: object, events: object, wait: bool = True,
+                    asked: bool = True) -> None:
         got.append(events)
         raise Asked
 

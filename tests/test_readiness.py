@@ -154,3 +154,11 @@ def test_the_watch_says_each_change_once_and_when_the_agent_comes_back(
     w.see_agent()
     w.judge({UPROBE: {CPU}, UE: set()}, {CPU}, {}, 0.0)
     assert said[-1] == f"the agent is back (pid {os.getpid()})"
+
+
+def test_of_a_default_set_what_will_not_come_is_said_only_when_nothing_comes() -> None:
+    default = situation([CPU, HW], defined={UPROBE: {CPU}, UE: set()}, subscribed=[CPU],
+                        asked=False)
+    assert explain(default) == explain(situation([CPU], subscribed=[CPU]))
+    nothing = situation([HW], defined={UPROBE: {CPU}, UE: set()}, asked=False)
+    assert "not published here: rezolus_perf_hardware" in explain(nothing).message

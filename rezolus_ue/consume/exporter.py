@@ -273,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if not args.no_wait:  # said before the wait; with --no-wait, once there is data
             log.info("serving Prometheus metrics on %s", url)
-        with open_source(args.source, events, wait=not args.no_wait) as src:
+        with open_source(args.source, events, wait=not args.no_wait, asked=False) as src:
             exporter.follows(src, args.source)
             if args.no_wait:
                 log.info("serving Prometheus metrics on %s", url)

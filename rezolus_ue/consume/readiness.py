@@ -106,6 +106,9 @@ class Situation:
     quiet_s: float = 0.0
     #: The agent an earlier look saw, if it has gone since: it stopped (or was killed).
     stopped: AgentSeen | None = None
+    #: The user named the events wanted: those that will not come are worth a word even
+    #: while others do (of a default set, only when none comes).
+    asked: bool = True
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,7 @@ def explain(s: Situation) -> Verdict:
                and e not in everything]
     live = [e for e in s.subscribed if e not in gone]
     notes: list[str] = []
-    if unavailable:
+    if unavailable and (s.asked or not live):
         reasons = "; ".join(dict.fromkeys(gone[e] for e in unavailable))
         notes.append(f"not published here: {_names(unavailable)} ({reasons})")
     for e in blocked:
@@ -200,8 +203,9 @@ class Watch:
     them), then ``judge`` what the subscription has."""
 
     def __init__(self, wanted: Sequence[str], on_state: Callable[[str], None],
-                 runtime_dir: Path | None = None) -> None:
+                 runtime_dir: Path | None = None, asked: bool = True) -> None:
         self.wanted = list(wanted)
+        self.asked = asked
         self.on_state = on_state
         self.runtime_dir = runtime_dir
         #: The agent now (None: none runs).
@@ -228,7 +232,7 @@ class Watch:
         """Return the verdict on what the subscription has; say it if it changed."""
         self.verdict = v = explain(Situation(
             self.wanted, self.agent, defined, subscribed, blocked, quiet_s,
-            self.last if self.agent is None else None))
+            self.last if self.agent is None else None, self.asked))
         if v.message != self.said:
             self.said = v.message
             if v.message:

@@ -303,7 +303,7 @@ def _open_source(args: argparse.Namespace, events: list[str]) -> Source:
         return open_test_source(args.source_file, events or None)
     from ..api import open_source
 
-    return open_source(None, events or None, wait=not args.no_wait)
+    return open_source(None, events or None, wait=not args.no_wait, asked=bool(args.events))
 
 
 # --- argument parsing -------------------------------------------------------------------------

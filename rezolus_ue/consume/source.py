@@ -181,17 +181,19 @@ class JsonLinesSource(_Replay):
 
 
 def open_source(source: str | os.PathLike[str] | None = None,
-                events: Sequence[str] | None = None, *, wait: bool = True) -> Source:
+                events: Sequence[str] | None = None, *, wait: bool = True,
+                asked: bool = True) -> Source:
     """Return the records of ``events`` (None: all) from ``source``.
 
     ``source`` None: the live tracepoints (a ``Subscription``: waits for the agent unless
-    ``wait`` is false). A path: that recording, a ring directory or a Parquet recording
-    (every event it holds if ``events`` is None).
+    ``wait`` is false; ``asked``: the user named the events, so say which of them this
+    host will not publish even while others come). A path: that recording, a ring
+    directory or a Parquet recording (every event it holds if ``events`` is None).
     """
     if source is None:
         from .subscription import Subscription
 
-        return Subscription(events, wait=wait)
+        return Subscription(events, wait=wait, asked=asked)
     return RecordingSource(source, events)
 
 

@@ -92,12 +92,13 @@ class Subscription:
     def __init__(self, events: Sequence[str] | None = None, *, wait: bool = True,
                  tracefs: Tracefs | None = None, ring_pages: int = RING_PAGES,
                  on_state: Callable[[str], None] | None = None, lazy: bool = False,
-                 runtime_dir: Path | None = None) -> None:
+                 runtime_dir: Path | None = None, asked: bool = True) -> None:
         """``wait``: block until records can come (saying why they cannot yet), else raise
         a RezolusError saying why. ``lazy``: neither block nor raise; ``state`` says why
         nothing comes (a full-screen consumer shows it). ``on_state(message)`` hears each
         change of that answer, and when the agent stops and comes back (default: logged
-        as a warning)."""
+        as a warning). ``asked``: the user named ``events``: say which of them will not
+        come even while others do (a default set says so only when none can come)."""
         # None is every event: the consumers (top, tail, record, exporter, subscribe())
         # choose their cheap defaults before they get here (``resolve_events``).
         self.wanted = resolve_events(events, costly=True)
@@ -112,7 +113,7 @@ class Subscription:
         self._formats: dict[int, tuple[str, EventFormat, bool]] = {}  # id -> (name, fmt, uprobe)
         self._defined: dict[str, set[str]] = {g: set() for g in GROUPS}
         self._blocked: dict[str, str] = {}  # event -> where ftrace holds it
-        self._watch = Watch(self.wanted, on_state or _log_state, runtime_dir)
+        self._watch = Watch(self.wanted, on_state or _log_state, runtime_dir, asked)
         self._next_look = 0.0
         self._last_record = time.monotonic()
         try:

@@ -158,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
     seen = lost = 0
     with _Stopper() as stopper:
         try:
-            with open_source(args.source, events, wait=not args.no_wait) as src:
+            with open_source(args.source, events, wait=not args.no_wait,
+                             asked=bool(args.events)) as src:
                 offset = src.wall_offset_ns
                 while not (stopper.requested or src.exhausted
                            or (args.count is not None and seen >= args.count)):

@@ -146,7 +146,7 @@ def _subscribe(model: Model, costly: bool = False, wait: bool = True) -> Any:
     def note(message: str) -> None:
         model.waiting = message
 
-    sub = Subscription(top_events(costly), lazy=True, on_state=note)
+    sub = Subscription(top_events(costly), lazy=True, on_state=note, asked=False)
     if not wait and not sub.ready:
         sub.close()
         raise RezolusError(sub.state or "no rezolus-ue event is registered")
@@ -179,7 +179,7 @@ def _run_once(model: Model, wait: bool, source: str | None = None,
 
     from ..api import open_source
 
-    with open_source(source, top_events(costly), wait=wait) as sub:
+    with open_source(source, top_events(costly), wait=wait, asked=False) as sub:
         model.subscribed = tuple(sub.events)
         # The second frame is the first with a full interval; a third if we started
         # mid-tick and some rows had no earlier record to take a rate from.
