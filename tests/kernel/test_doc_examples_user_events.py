@@ -201,14 +201,14 @@ def _bpf_samplers() -> list[str]:
     return [n for n, c in REGISTRY.items() if issubclass(c, BpfSampler)]
 
 
-def test_trace_cmd_on_uprobe_events(sh: Shell, agent: subprocess.Popen[bytes],
+def test_trace_cmd_on_uprobe_events(sh: Shell, agent: subprocess.Popen[bytes], bus: Bus,
                                     tmp_path: Path) -> None:
     """Last but one: the README's and rezolus-ue(8)'s trace-cmd commands, as written,
     against an agent on the uprobe transport (the shipped config with transport =
     "uprobe", as tests/uprobe runs it), after the README's agent has stopped: they name
     the event alone, so they work on both transports."""
     stop_readme_agent(agent)
-    up = Shell(sh.cwd, sh.bus, transport="uprobe")
+    up = Shell(sh.cwd, bus, transport="uprobe")
     a = Agent("run", "--config", str(shipped_config(tmp_path)))
     try:
         a.wait_defined(Tracefs(TRACING))
