@@ -965,7 +965,8 @@ class ScriptedSubscription:
     port = 0
     signum = signal.SIGTERM
 
-    def __init__(self, events: Sequence[str] | None = None, *, wait: bool = True) -> None:
+    def __init__(self, events: Sequence[str] | None = None, *, wait: bool = True,
+                 asked: bool = True) -> None:
         self.wanted, self.wait = list(events or []), wait
         self.polls, self.lost, self.closed, self.scraped = 0, 0, False, b""
         self.port = ScriptedSubscription.port
@@ -1042,7 +1043,7 @@ def test_run_signal_while_waiting_for_the_agent(monkeypatch: pytest.MonkeyPatch)
     from rezolus_ue.consume import subscription
 
     class Waiting:
-        def __init__(self, events: object, *, wait: bool) -> None:
+        def __init__(self, events: object, *, wait: bool, asked: bool = True) -> None:
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(10)  # the agent never comes: the signal must break the wait
             raise AssertionError("not interrupted")
