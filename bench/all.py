@@ -146,6 +146,8 @@ FIGURES = (
            r"rezolus_ue per event: [^\n]*?close ([\d.]+) ms", "ms", ""),
     Figure("uprobe_enable", "the same close, a kernel tracepoint",
            r"rezolus_ue per event: [^\n]*?kernel tracepoint: [\d.]+ ms, ([\d.]+) ms", "ms", ""),
+    Figure("uprobe_enable", "uprobe transport: closing every event from a thread each",
+           r"rezolus_ue closing every event at once from \d+ threads: ([\d.]+) s", "s", ""),
     Figure("uprobe_enable_vm", "user_events: closing one event (in the VM)",
            r"user_events per event: [^\n]*?close ([\d.]+) ms", "ms", ""),
     Figure("top", "top: one frame, 64 CPUs, 200x60 (ingest + render + draw)",

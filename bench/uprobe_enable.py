@@ -219,6 +219,8 @@ class Result:
     rings_base: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     phases: Phases = field(default_factory=Phases)
     phases_base: Phases = field(default_factory=Phases)
+    #: per round, seconds to close every event from a thread each (all at once)
+    threaded_close: list[float] = field(default_factory=list)
 
 
 def measure(tfs: Tracefs, agent: Agent, rounds: int) -> Result:
@@ -241,12 +243,29 @@ def measure(tfs: Tracefs, agent: Agent, rounds: int) -> Result:
                 res.rings.setdefault(n, []).append(
                     open_all(rings, ids[:n], res.phases if every else Phases()))
             agent.wait_settled()
+            if every:
+                res.threaded_close.append(close_threaded(ids))
+                agent.wait_settled()
             if base:
                 res.perf_base.setdefault(n, []).append(perf_record(base[1][:n]))
                 with TracepointRings(ring_pages=8) as rings:
                     res.rings_base.setdefault(n, []).append(
                         open_all(rings, base_ids[:n], res.phases_base if every else Phases()))
     return res
+
+
+def close_threaded(ids: list[int]) -> float:
+    """Open ``ids`` on every CPU, then close them from a thread each at once; return the
+    seconds the closes took (whether the kernel's unregistering overlaps)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with TracepointRings(ring_pages=8) as rings:
+        for i in ids:
+            rings.add(i)
+        t = time.perf_counter()
+        with ThreadPoolExecutor(len(ids)) as pool:
+            list(pool.map(rings.remove, ids))
+        return time.perf_counter() - t
 
 
 def _med(runs: list[tuple[float, ...]] | None, i: int) -> float | None:
@@ -292,6 +311,10 @@ def report(r: Result) -> None:
               f" close {ms(ph.close).strip()} ms"
               + (f" (kernel tracepoint: {ms(pb.add_total).strip()} ms,"
                  f" {ms(pb.close).strip()} ms)" if pb.close else ""))
+    if r.threaded_close and r.rings.get(r.events):
+        print(f"{g} closing every event at once from {r.events} threads:"
+              f" {statistics.median(r.threaded_close):.2f} s (one by one:"
+              f" {_med(r.rings[r.events], 1):.2f} s)")
     every = r.perf.get(r.events)
     if every:
         print(f"{g} perf record -a, every event: sampling after {_med(every, 0):.2f} s,"
