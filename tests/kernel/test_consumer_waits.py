@@ -196,3 +196,25 @@ def test_a_running_tail_says_when_the_agent_stops_and_comes_back(
             b.stop()
             b.log.close()
         subprocess.run([_cli(), "cleanup"], capture_output=True, timeout=SAY_S)
+
+
+def test_silence_while_subscribed_names_the_agent_and_its_samplers(
+        agent: AgentProcess, tmp_path: Path) -> None:
+    """The agent runs but publishes nothing (stopped with SIGSTOP here; starved or wedged
+    in life): tail says so, with what the agent's status says of the samplers."""
+    tail = Consumer(tmp_path, "tail", "tail", CPU_USAGE.name, "--format", "json")
+    try:
+        wait_for(lambda: tail.alive() and tail.records(), timeout=SAY_S,
+                 what="tail's first records", seen=tail.stderr)
+        agent.proc.send_signal(signal.SIGSTOP)
+        try:
+            wait_for(lambda: "no record came for" in tail.stderr(), timeout=SAY_S,
+                     what="tail to say records stopped coming", seen=tail.stderr)
+        finally:
+            agent.proc.send_signal(signal.SIGCONT)
+        err = tail.stderr()
+        assert f"although the agent (pid {agent.proc.pid}) runs" in err, err
+        assert "its samplers say: cpu_usage active" in err, err
+        assert tail.stop(signal.SIGINT) in (0, 130)
+    finally:
+        tail.kill()
