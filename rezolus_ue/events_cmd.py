@@ -110,12 +110,14 @@ def event_state(seen: Seen, transport: str, stale: bool = False) -> tuple[str, s
 def stale_note(transport: str, names: Sequence[str]) -> str:
     """Return what to say of ``names``, still defined (uprobe) or registered (user_events)
     with no agent running, and the command that removes them."""
+    from .consume.readiness import REMOVE_STALE
+
     if transport == "uprobe":
         return (f"Stale: {len(names)} event(s) stay defined with no agent running (an agent"
-                f" killed by SIGKILL cannot remove its own): `sudo {PROG} cleanup` removes"
-                " them")
+                f" killed by SIGKILL cannot remove its own): `{REMOVE_STALE[transport]}`"
+                " removes them")
     return (f"Stale: {len(names)} event(s) stay registered with no agent running"
-            f" (persist = true keeps them): `sudo {PROG} events --delete` removes them")
+            f" (persist = true keeps them): `{REMOVE_STALE[transport]}` removes them")
 
 
 def ftrace_note(held: Mapping[str, Sequence[str | None]]) -> str:

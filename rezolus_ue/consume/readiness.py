@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +24,9 @@ from ..schema import GROUPS
 #: interval, plus a sampler's start on its first consumer, plus slack for a loaded host.
 QUIET_S = 5.0
 START = f"sudo {PROG} run"
+#: What removes the events an agent left defined, by transport: the uprobe transport's
+#: definitions (a killed agent's), user_events registered with ``persist``.
+REMOVE_STALE = {"uprobe": f"sudo {PROG} cleanup", "user_events": f"sudo {PROG} events --delete"}
 
 
 @dataclass(frozen=True)
@@ -33,10 +36,6 @@ class AgentSeen:
 
     pid: int
     status: Mapping | None = None
-
-    @property
-    def transport(self) -> str | None:
-        return (self.status or {}).get("transport")
 
 
 def find_agent(runtime_dir: Path | None = None) -> AgentSeen | None:
@@ -66,28 +65,42 @@ def lock_holder(proc_locks: str, major: int, minor: int, inode: int) -> AgentSee
     return AgentSeen(int(m.group(1))) if m else None
 
 
-def unpublished(status: Mapping | None) -> dict[str, str]:
-    """Return the events the running agent will not publish here, each with why: those
-    of samplers that are unavailable, disabled or failing, and those a degraded sampler
-    names in its reason ("rezolus_X unavailable: why"), with their ``_dist`` twins."""
+def _samplers(status: Mapping | None) -> Iterator[tuple[str, type, Mapping]]:
+    """Yield (name, class, status entry) of each sampler the agent's status names."""
     from ..samplers import REGISTRY
 
-    out: dict[str, str] = {}
     for name, info in ((status or {}).get("samplers") or {}).items():
         cls = REGISTRY.get(name)
-        if cls is None:
-            continue
-        state, reason = str(info.get("status", "")), str(info.get("reason") or "")
+        if cls is not None:
+            yield name, cls, info
+
+
+def unfed(status: Mapping | None) -> dict[str, str]:
+    """Return the events a degraded sampler registers but names unavailable in its reason
+    ("rezolus_X unavailable: why"), with their ``_dist`` twins, each with why."""
+    out: dict[str, str] = {}
+    for name, cls, info in _samplers(status):
+        named = dict(re.findall(r"\b(rezolus_\w+) unavailable: ([^;]*)",
+                                str(info.get("reason") or "")))
+        for fam in cls.families:
+            if fam.schema.name in named:
+                out.update((s.name, f"sampler {name}: {named[fam.schema.name]}")
+                           for s in fam.schemas)
+    return out
+
+
+def unpublished(status: Mapping | None) -> dict[str, str]:
+    """Return the events the running agent will not publish here, each with why: those
+    of samplers that are unavailable, disabled or failing, and the ``unfed`` ones."""
+    out = unfed(status)
+    for name, cls, info in _samplers(status):
+        reason = str(info.get("reason") or "")
         why = {"unavailable": f"sampler {name} is unavailable here: {reason}",
                "disabled": f"sampler {name} is disabled in the agent's config",
                "failed": f"sampler {name} is failing: {info.get('last_error') or reason}",
-               }.get(state)
-        named = dict(re.findall(r"\b(rezolus_\w+) unavailable: ([^;]*)", reason))
-        for fam in cls.families:
-            because = why or (f"sampler {name}: {named[fam.schema.name]}"
-                              if fam.schema.name in named else None)
-            if because:
-                out.update((s.name, because) for s in fam.schemas)
+               }.get(str(info.get("status", "")))
+        if why:
+            out.update((s.name, why) for fam in cls.families for s in fam.schemas)
     return out
 
 
@@ -127,12 +140,12 @@ def _names(events: Sequence[str], most: int = 4) -> str:
 
 def _stale(defined: Mapping[str, set[str]]) -> str:
     """Return what removes the events a killed agent left, by transport."""
+    transport = {g: t for t, g in GROUPS.items()}
     parts = []
     for group, names in defined.items():
         if not names:
             continue
-        how = (f"sudo {PROG} cleanup" if group == GROUPS["uprobe"]
-               else f"sudo {PROG} events --delete")
+        how = REMOVE_STALE[transport[group]]
         parts.append(f"{len(names)} {group} events are still defined (an agent that was"
                      f" killed, or stopped while a consumer held them): `{how}` removes"
                      " them")
@@ -217,10 +230,10 @@ class Watch:
 
     def see_agent(self) -> AgentSeen | None:
         """Look for the agent; say when it came back or was replaced."""
+        before, last = self.agent, self.last
         agent = self.agent = find_agent(self.runtime_dir)
         if agent is not None:
-            last = self.last
-            if last is not None and self.said is not None and "stopped" in self.said:
+            if last is not None and before is None:
                 self.on_state(f"the agent is back (pid {agent.pid})")
             elif last is not None and agent.pid != last.pid:
                 self.on_state(f"the agent restarted (pid {last.pid}, now {agent.pid})")

@@ -145,7 +145,9 @@ class Subscription:
     def _refresh(self) -> Verdict:
         """Look at the agent, subscribe to what it publishes, and judge what comes."""
         agent = self._watch.see_agent()
-        self._scan(subscribe=agent is not None)
+        # Everything subscribed while the agent runs: nothing to list, nothing to judge by.
+        if agent is None or len(self.events) < len(self.wanted):
+            self._scan(subscribe=agent is not None)
         quiet = time.monotonic() - self._last_record if self._subs else 0.0
         # From the end of the look: one slower than LOOK_S (a loaded machine) must not
         # make every poll look again.
@@ -219,7 +221,7 @@ class Subscription:
         """Return where ftrace has ``name`` enabled, as a path the user can write 0 to."""
         try:
             places = self._tfs.enabled_in(group, name)
-        except (TracefsError, AttributeError):
+        except TracefsError:
             places = []
         paths = [str(self._tfs.path("events", group, name, "enable", instance=i))
                  for i in places]

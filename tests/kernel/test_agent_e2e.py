@@ -24,6 +24,7 @@ from helpers import unit, words
 from waiting import running, scaled, wait_output
 
 from rezolus_ue.agent import read_status
+from rezolus_ue.consume.readiness import unfed
 from rezolus_ue.schema import AGENT, CPU_USAGE
 
 from .conftest import Bus, wait_for
@@ -120,17 +121,6 @@ def _field(line: str, name: str) -> int:
 
 def _lines(text: str, event: str) -> list[str]:
     return [ln for ln in text.splitlines() if f"{event}:" in ln]
-
-
-def unfed(status: dict) -> set[str]:
-    """Return the events a running agent registers but says it cannot publish here: a
-    degraded sampler's reason "rezolus_X unavailable: why", with X's _dist twin."""
-    from rezolus_ue.samplers import REGISTRY
-
-    named = {m.group(1) for st in (status.get("samplers") or {}).values()
-             for m in re.finditer(r"\b(rezolus_\w+) unavailable", st.get("reason") or "")}
-    return {s.name for c in REGISTRY.values() for f in c.families
-            if f.schema.name in named for s in f.schemas}
 
 
 UNIT = ROOT / "packaging/systemd/rezolus-ue.service"
@@ -257,7 +247,7 @@ def test_perf_record_and_script_show_cpu_usage(bus: Bus, agent: AgentProcess,
     # Every event the agent registered was recorded (perf enabled them all at once), but
     # those its status says this kernel cannot feed (no /proc/schedstat, say).
     missing = {e for e in bus.ours() if not _lines(script.stdout, f"{bus.group}:{e}")}
-    assert missing == unfed(read_status() or {}), f"no records of {sorted(missing)}"
+    assert missing == set(unfed(read_status())), f"no records of {sorted(missing)}"
     # Percentiles are ordered in every distribution and histogram record.
     for line in script.stdout.splitlines():
         if "_dist:" in line or "rezolus_agent_sampler:" in line:
