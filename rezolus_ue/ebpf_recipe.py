@@ -95,15 +95,9 @@ def bpftrace_program(events: Sequence[EventSchema], stub: Path) -> str:
 def _transport(root: Path) -> str:
     """Return the transport of the running agent, else the one `run` would take."""
     from .agent import read_status
-    from .config import load_or_default
-    from .publisher import choose_transport
-    from .samplers import options
+    from .events_cmd import agent_transport
 
-    agent = read_status()
-    if agent and agent.get("transport") in GROUPS:
-        return str(agent["transport"])
-    configured = str(load_or_default(None, options()).agent["transport"])
-    return choose_transport(root, configured)[0]
+    return agent_transport(root, read_status())
 
 
 def _checked_stub() -> Path:

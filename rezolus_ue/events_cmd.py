@@ -155,17 +155,23 @@ def watch_commands(event: EventSchema, tracefs: Path, group: str = GROUPS["user_
     return perf, ftrace, trace_cmd
 
 
-def transport_in_use(root: Path, agent: Mapping | None) -> tuple[str, str, bool]:
-    """Return (transport, group, sure) of the running agent, else of the one `run` would
-    take; not ``sure`` when tracefs could not be read to tell."""
+def agent_transport(root: Path, agent: Mapping | None) -> str:
+    """Return the transport of the running agent (``agent``: its status), else the one
+    `run` would take with the default config; raise RezolusError if none can be told."""
     if agent and agent.get("transport") in GROUPS:
-        t = str(agent["transport"])
-        return t, GROUPS[t], True
+        return str(agent["transport"])
     from .config import load_or_default
     from .publisher import choose_transport
     from .samplers import options
+
+    return choose_transport(root, str(load_or_default(None, options()).agent["transport"]))[0]
+
+
+def transport_in_use(root: Path, agent: Mapping | None) -> tuple[str, str, bool]:
+    """Return (transport, group, sure) of the running agent, else of the one `run` would
+    take; not ``sure`` when tracefs could not be read to tell."""
     try:
-        t = choose_transport(root, str(load_or_default(None, options()).agent["transport"]))[0]
+        t = agent_transport(root, agent)
     except KernelFeatureMissing:  # none here: nothing of ours can be registered either
         return "user_events", GROUPS["user_events"], True
     except RezolusError:
