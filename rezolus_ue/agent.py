@@ -230,6 +230,8 @@ class Agent:
                     "added" if st is None or st.status == "disabled" else
                     "retried" if same else "re-tuned")
             changes.append(f"{name} {what} ({self.states[name].status})")
+            if new.sampler_enabled(name):
+                _warn_unheld(name)
         self._write_status()
         return changes
 
@@ -461,6 +463,21 @@ class Agent:
         if self.runtime_dir is not None:
             with contextlib.suppress(OSError):
                 (self.runtime_dir / "status.json").unlink()
+
+
+def _warn_unheld(name: str) -> None:
+    """Warn if sampler ``name``, (re)started by a reload, needs a capability the agent does
+    not hold: it was dropped at start-up, when no sampler enabled then needed it."""
+    from .privilege import declared, missing
+
+    try:
+        lacking = missing(n.cap for n in declared([name])[name])
+    except (OSError, ValueError):
+        return
+    if lacking:
+        log.warning("reload: sampler %s needs %s, which the agent does not hold (at"
+                    " start-up it keeps only what the samplers enabled then need): restart"
+                    " the agent", name, " and ".join(lacking))
 
 
 def read_status(runtime_dir: Path = RUNTIME_DIR) -> dict | None:

@@ -40,14 +40,12 @@ See rezolus-ue(8) and docs/events.md for every event and field."""
 
 
 def _duration(text: str) -> int:
+    """Return an interval given on the command line, checked as publish_interval is."""
+    opt = next(o for o in cfg.AGENT_OPTIONS if o.key == "publish_interval")
     try:
-        ns = cfg.parse_duration(text)
+        return int(opt.convert(text))  # type: ignore[call-overload]
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-    opt = next(o for o in cfg.AGENT_OPTIONS if o.key == "publish_interval")
-    if not opt.min_ns <= ns <= opt.max_ns:
-        raise argparse.ArgumentTypeError(f"{text!r} is out of range: expected {opt.allowed()}")
-    return ns
 
 
 #: Commands defined here; the others come from modules imported only when needed.
@@ -91,7 +89,8 @@ def build_parser(lean: bool = False) -> argparse.ArgumentParser:
                      " [agent] sample_interval")
     run.add_argument("-u", "--user", metavar="USER",
                      help="after start-up (events registered, files opened as root), become"
-                     " USER, keeping only CAP_BPF and CAP_PERFMON")
+                     " USER, keeping only the capabilities the enabled samplers need"
+                     " (docs/security.md)")
 
     ev = sub.add_parser(
         "events", formatter_class=fmt,
@@ -139,7 +138,7 @@ def build_parser(lean: bool = False) -> argparse.ArgumentParser:
                      help="check the samplers as configured in FILE (default: as `run`)")
     chk.add_argument("-u", "--user", metavar="USER",
                      help="check the samplers as `run --user USER` runs them: after"
-                     " start-up as USER with only CAP_BPF and CAP_PERFMON")
+                     " start-up as USER with only the capabilities they need")
     if lean:
         return p
     from . import config_cmd, service_cmd
@@ -288,11 +287,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if not names:
             raise ConfigError("no sampler could start: nothing to publish (see warnings above)")
         if conf.agent["drop_capabilities"] or args.user:
-            from .privilege import drop_after_start
+            from .privilege import drop_after_start, kept
 
             if lock is not None:
                 _give_runtime_dir(args.user)
-            drop_after_start(user=args.user)
+            drop_after_start(kept(conf), user=args.user)
         log.info("publishing %d events via %s: %s", len(names), agent.tracefs, ", ".join(names))
         group = agent.publisher.group if agent.publisher else "user_events"
         log.info("watch with: perf record -e '%s:rezolus_*' -a -- sleep 10; perf script",

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 import tomlkit
 import tomlkit.exceptions
@@ -91,47 +91,139 @@ def format_duration(ns: int) -> str:
 
 
 @dataclass(frozen=True)
+class Bounds:
+    """The range of a numeric option, held in its kind's base unit (a count, nanoseconds)
+    and written in the kind's own units: a count's range cannot be a duration's."""
+
+    lo: int
+    hi: int
+    #: The Option kind these bounds are for.
+    kind: ClassVar[str]
+    #: What a value is, in messages.
+    noun: ClassVar[str]
+    #: An example value, in messages (none for a count: the range is one).
+    example: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        if not self.lo <= self.hi:
+            raise ValueError(f"{type(self).__name__}: {self.text(self.lo)} is above"
+                             f" {self.text(self.hi)}")
+
+    def text(self, n: int) -> str:
+        """Return ``n`` as a config file writes it."""
+        return str(n)
+
+    def parse(self, value: object) -> int:
+        """Return a config value in the base unit; raise ValueError if not of this kind."""
+        raise NotImplementedError
+
+    def span(self) -> str:
+        """Return the range in the kind's units: "10ms to 1h"."""
+        return f"{self.text(self.lo)} to {self.text(self.hi)}"
+
+    def allowed(self) -> str:
+        """Return a description of the values accepted."""
+        eg = f" (e.g. {self.example})" if self.example else ""
+        return f"{self.noun} from {self.span()}{eg}"
+
+    def convert(self, value: object) -> int:
+        """Return a config value in the base unit, checked against the range."""
+        n = self.parse(value)
+        if not self.lo <= n <= self.hi:
+            raise ValueError(f"{shown(value)} is out of range: expected {self.allowed()}")
+        return n
+
+
+@dataclass(frozen=True)
+class IntRange(Bounds):
+    """The range of an "int" option: a count, written as an integer."""
+
+    kind = "int"
+    noun = "an integer"
+
+    def parse(self, value: object) -> int:
+        """Return ``value`` if it is an integer (a bool is not)."""
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"expected {self.allowed()}")
+        return int(value)
+
+
+@dataclass(frozen=True, init=False)
+class DurationRange(Bounds):
+    """The range of a "duration" option, declared as the config writes durations
+    (``DurationRange("10ms", "1h")``) and held in nanoseconds."""
+
+    kind = "duration"
+    noun = "a duration string"
+    example = '"1s"'
+
+    def __init__(self, lo: str, hi: str) -> None:
+        object.__setattr__(self, "lo", parse_duration(lo))
+        object.__setattr__(self, "hi", parse_duration(hi))
+        self.__post_init__()
+
+    def text(self, n: int) -> str:
+        """Return ``n`` nanoseconds as a duration string."""
+        return format_duration(n)
+
+    def parse(self, value: object) -> int:
+        """Return a duration string in nanoseconds."""
+        if not isinstance(value, str):
+            raise ValueError(f"expected {self.allowed()}")
+        return parse_duration(value)
+
+
+#: The numeric kinds and the bounds each must be declared with.
+BOUNDS: dict[str, type[Bounds]] = {b.kind: b for b in (IntRange, DurationRange)}
+
+
+@dataclass(frozen=True)
 class Option:
-    """One setting: its key, kind, default and the help text shown in docs and errors."""
+    """One setting: its key, kind, default and the help text shown in docs and errors.
+
+    A numeric kind ("int", "duration") is declared with bounds of its own type, and every
+    default must be acceptable: a mistake in either fails at import, not in a user's run.
+    """
 
     key: str
     kind: str  # "duration" | "bool" | "path" | "choice" | "int" | "strings"
     default: object
     help: str
     choices: tuple[str, ...] = ()
-    #: Range of a duration (ns) or an int.
-    min_ns: int = 0
-    max_ns: int = 0
+    #: The range of a numeric kind, in that kind's units (BOUNDS).
+    bounds: Bounds | None = None
 
     def __post_init__(self) -> None:
         # Keep declarations immutable (and hashable) even when written with a list default.
         if isinstance(self.default, list):
             object.__setattr__(self, "default", tuple(self.default))
+        want = BOUNDS.get(self.kind)
+        if want is None and self.bounds is not None:
+            raise TypeError(f"option {self.key}: kind {self.kind!r} has no bounds")
+        if want is not None and type(self.bounds) is not want:
+            raise TypeError(f"option {self.key}: kind {self.kind!r} needs"
+                            f" bounds={want.__name__}(...), not {self.bounds!r}")
+        try:
+            self.convert(self.default)
+        except ValueError as e:
+            raise ValueError(f"option {self.key}: default {self.default!r}: {e}") from None
 
     def allowed(self) -> str:
         """Return a description of the values this option accepts."""
-        if self.kind == "duration":
-            lo, hi = format_duration(self.min_ns), format_duration(self.max_ns)
-            return f"a duration string from {lo} to {hi} (e.g. \"1s\")"
+        if self.bounds is not None:
+            return self.bounds.allowed()
         if self.kind == "bool":
             return "true or false"
         if self.kind == "path":
             return "a path string (\"\" for the default)"
-        if self.kind == "int":
-            return f"an integer from {self.min_ns} to {self.max_ns}"
         if self.kind == "strings":
             return "a list of strings, e.g. [\"a\", \"b*\"]"
         return "one of " + ", ".join(f'"{c}"' for c in self.choices)
 
     def convert(self, value: object) -> object:
         """Return the checked Python value; raise ValueError naming what is allowed."""
-        if self.kind == "duration":
-            if not isinstance(value, str):
-                raise ValueError(f"expected {self.allowed()}")
-            ns = parse_duration(value)
-            if not self.min_ns <= ns <= self.max_ns:
-                raise ValueError(f"{shown(value)} is out of range: expected {self.allowed()}")
-            return ns
+        if self.bounds is not None:
+            return self.bounds.convert(value)
         if self.kind == "bool":
             if not isinstance(value, bool):
                 raise ValueError(f"expected {self.allowed()}")
@@ -144,12 +236,6 @@ class Option:
                 raise ValueError("a path cannot contain a NUL character or exceed 4095"
                                  " bytes")
             return str(value)
-        if self.kind == "int":
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ValueError(f"expected {self.allowed()}")
-            if not self.min_ns <= value <= self.max_ns:
-                raise ValueError(f"{value} is out of range: expected {self.allowed()}")
-            return int(value)
         if self.kind == "strings":
             if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
                 raise ValueError(f"expected {self.allowed()}")
@@ -169,12 +255,12 @@ AGENT_OPTIONS: tuple[Option, ...] = (
     Option("publish_interval", "duration", "1s",
            "How often each sampler publishes its records (one record per label set per"
            " event per interval).",
-           min_ns=10_000_000, max_ns=3_600_000_000_000),
+           bounds=DurationRange("10ms", "1h")),
     Option("sample_interval", "duration", "100ms",
            "How often oversampled sources are read while a consumer has a *_dist event"
            " enabled; the _dist records give p50/p90/p99/max of those samples over each"
            " publish interval. At most publish_interval.",
-           min_ns=10_000_000, max_ns=3_600_000_000_000),
+           bounds=DurationRange("10ms", "1h")),
     Option("tracefs", "path", "",
            "tracefs mount point; empty means discover it (/sys/kernel/tracing, then"
            " /proc/mounts), mounting it when running as root."),
@@ -194,8 +280,10 @@ AGENT_OPTIONS: tuple[Option, ...] = (
     Option("log_level", "choice", "info", "How much the agent logs to stderr.",
            choices=("debug", "info", "warning", "error")),
     Option("drop_capabilities", "bool", True,
-           "After start-up keep only CAP_BPF and CAP_PERFMON (BPF programs load on demand),"
-           " dropping every other capability from every set, the bounding set included."),
+           "After start-up keep only the capabilities the enabled samplers need (e.g."
+           " CAP_BPF and CAP_PERFMON for BPF programs, which load on demand;"
+           " docs/security.md), dropping every other from every set, the bounding set"
+           " included. A sampler a reload enables later has only those."),
 )
 
 #: Options every sampler section has; samplers may add their own (Sampler.options).
@@ -468,7 +556,8 @@ def render_default(samplers: Mapping[str, tuple[Option, ...]], docs: Mapping[str
 def _table(options: tuple[Option, ...]) -> tomlkit.items.Table:
     t = tomlkit.table()
     for o in options:
-        for line in _wrap(o.help):
+        span = f" Range: {o.bounds.span()}." if o.bounds else ""
+        for line in _wrap(o.help + span):
             t.add(tomlkit.comment(line))
         t.add(o.key, o.toml_default())
     return t

@@ -41,8 +41,7 @@ _READS = {"u8": ("uint8", "%u"), "u16": ("uint16", "%u"), "u32": ("uint32", "%u"
 
 
 def slot(event: EventSchema) -> int:
-    """Return the stub slot of ``event``: its place in the catalog, as the publisher
-    assigns them."""
+    """Return the stub slot of ``event``, as the publisher assigns them (by its name)."""
     from .publisher import catalog_slots
 
     return catalog_slots()[event.name]

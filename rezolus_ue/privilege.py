@@ -1,17 +1,19 @@
 """Least privilege: which capabilities the agent holds, and dropping the rest after start-up.
 
-The agent needs, after start-up:
-
-- ``CAP_BPF``: load BPF programs and create maps (on demand, whenever a consumer arrives);
-- ``CAP_PERFMON``: attach tracing programs and open per-CPU perf counters.
+Each sampler declares the capabilities it needs once started, with the kernel's reason,
+in its package (``CAPABILITIES`` beside ``FAMILIES``; none if it declares none): the BPF
+samplers, for instance, ``CAP_BPF`` and ``CAP_PERFMON``, since their programs load on
+demand, whenever a consumer arrives. The agent keeps the union over the samplers its
+config enables (``kept``), and ``CAP_PERFMON`` for ``persist`` registrations on a reload.
 
 Everything else is needed only to start, if at all: mounting tracefs (``CAP_SYS_ADMIN``),
 raising the open-files limit (``CAP_SYS_RESOURCE``), opening ``user_events_data`` when it
-is root's (``CAP_DAC_OVERRIDE``; a ``tracing`` group with access avoids it). So once the
-samplers have started and the events are registered, ``drop_to`` clears every other
-capability from the effective, permitted, inheritable, ambient and bounding sets: a
-compromised agent cannot regain them, not even through exec. The enable words, the
-``user_events_data`` fd and the kept-open procfs fds stay valid.
+is root's (``CAP_DAC_OVERRIDE``; a ``tracing`` group with access avoids it), becoming the
+``--user`` (``STARTUP``). So once the samplers have started and the events are
+registered, ``drop_to`` clears every other capability from the effective, permitted,
+inheritable, ambient and bounding sets: a compromised agent cannot regain them, not even
+through exec. The enable words, the ``user_events_data`` fd and the kept-open procfs fds
+stay valid. A sampler a reload enables later gets only what was kept.
 
 The capability ABI (numbers, ``/proc/self/status``, ``capset(2)``, ``prctl(2)``) is
 ``rezolus_ue.linux.capabilities``; this module is the policy.
@@ -22,11 +24,14 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from importlib import import_module
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .linux.capabilities import (
     CAPS,
+    Need,
     ambient_clear,
     bounding_drop,
     cap_name,
@@ -37,10 +42,64 @@ from .linux.capabilities import (
     set_keepcaps,
 )
 
+if TYPE_CHECKING:
+    from .config import Config
+
 log = logging.getLogger("rezolus_ue")
 
-#: What the running agent keeps (see the module docstring for why each).
-RUNTIME_CAPS = ("CAP_BPF", "CAP_PERFMON")
+#: What ``run --user`` needs to switch users, and nothing after: the systemd unit's
+#: bounding set holds them beside the samplers' (``bounding_set``).
+STARTUP: tuple[Need, ...] = (
+    Need("CAP_SETUID", "setuid to the --user (PR_SET_KEEPCAPS keeps the rest across it)"),
+    Need("CAP_SETGID", "setgroups and setgid to the --user's groups"),
+    Need("CAP_CHOWN", "hand the runtime directory (lock, status.json) to the --user"),
+)
+#: What ``agent.persist`` needs on a reload that registers events after the drop.
+PERSIST = Need("CAP_PERFMON", "register events with USER_EVENT_REG_PERSIST (agent.persist)")
+
+#: {capability: {who needs it (a sampler, or an agent option): why}}.
+Needs = dict[str, dict[str, str]]
+
+
+def declared(names: Iterable[str] | None = None) -> dict[str, tuple[Need, ...]]:
+    """Return each sampler's ``CAPABILITIES``, read from its package (the sampler class is
+    not imported), keyed by name: every sampler's, or those ``names``."""
+    from .samplers import NAMES
+
+    return {n: tuple(getattr(import_module(f"rezolus_ue.samplers.{n}"), "CAPABILITIES", ()))
+            for n in (NAMES if names is None else names)}
+
+
+def union(needs: Mapping[str, Iterable[Need]]) -> Needs:
+    """Return ``{capability: {who: why}}`` of ``{who: needs}``, capabilities by name."""
+    out: Needs = {}
+    for who, wanted in needs.items():
+        for n in wanted:
+            out.setdefault(n.cap, {})[who] = n.why
+    return dict(sorted(out.items()))
+
+
+def kept(config: Config) -> Needs:
+    """Return what the agent keeps after start-up with ``config``: the union of its
+    enabled samplers' needs (and ``persist``'s)."""
+    needs: dict[str, tuple[Need, ...]] = {
+        n: caps for n, caps in declared().items()
+        if n in config.samplers and config.sampler_enabled(n)}
+    if config.agent.get("persist"):
+        needs["agent.persist"] = (PERSIST,)
+    return union(needs)
+
+
+def bounding_set() -> tuple[str, ...]:
+    """Return every capability the agent may hold under its systemd unit: what any sampler
+    or agent option needs after start-up, and what start-up needs (by number)."""
+    every = union({**declared(), "agent.persist": (PERSIST,), "start-up": STARTUP})
+    return tuple(sorted(every, key=CAPS.__getitem__))
+
+
+def describe(needs: Needs) -> str:
+    """Return ``needs`` for a log line: "CAP_BPF (tcp, syscall), CAP_SYS_PTRACE (processes)"."""
+    return ", ".join(f"{cap} ({', '.join(who)})" for cap, who in needs.items()) or "none"
 
 
 def missing(wanted: Iterable[str], procfs: Path = Path("/proc")) -> list[str]:
@@ -49,7 +108,7 @@ def missing(wanted: Iterable[str], procfs: Path = Path("/proc")) -> list[str]:
     return [c for c in wanted if not eff >> CAPS[c] & 1]
 
 
-def drop_to(keep: Iterable[str] = RUNTIME_CAPS, procfs: Path = Path("/proc"),
+def drop_to(keep: Iterable[str], procfs: Path = Path("/proc"),
             user: str | None = None) -> list[str]:
     """Drop every capability but ``keep`` (those held); return the names dropped.
 
@@ -101,8 +160,10 @@ def become(user: str) -> None:
         set_keepcaps(False)
 
 
-def drop_after_start(procfs: Path = Path("/proc"), user: str | None = None) -> None:
-    """Drop to RUNTIME_CAPS (and become ``user``), logging what went.
+def drop_after_start(keep: Needs, procfs: Path = Path("/proc"),
+                     user: str | None = None) -> None:
+    """Drop to the capabilities of ``keep`` (``kept``; and become ``user``), logging what
+    it kept and for whom.
 
     Failing to drop is a warning (the agent runs on with what it had); failing to become
     the requested user is an error: the operator asked not to run as root.
@@ -112,15 +173,19 @@ def drop_after_start(procfs: Path = Path("/proc"), user: str | None = None) -> N
     if user is not None:
         require_user(user)
     try:
-        dropped = drop_to(RUNTIME_CAPS, procfs, user)
+        dropped = drop_to(keep, procfs, user)
     except OSError as e:
         if user is not None:
             raise RezolusError(f"cannot become user {user}: {e.strerror}") from None
         log.warning("could not drop capabilities (%s); running with those it had",
                     e.strerror or errno.errorcode.get(e.errno or 0, "?"))
         return
-    kept = [c for c in RUNTIME_CAPS if c not in missing(RUNTIME_CAPS, procfs)]
+    lacking = set(missing(keep, procfs))
+    held = {c: who for c, who in keep.items() if c not in lacking}
     who = f"; running as {user} (uid {os.getuid()})" if user else ""
     if dropped or user:
         log.info("dropped %d capabilities after start-up; kept %s%s", len(dropped),
-                 ", ".join(kept) or "none", who)
+                 describe(held), who)
+    if lacking:
+        log.info("not held, so not kept: %s (run as root, or grant them)",
+                 describe({c: w for c, w in keep.items() if c in lacking}))

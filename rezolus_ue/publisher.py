@@ -31,7 +31,7 @@ from tracefs_tools import (
 )
 
 from .errors import KernelFeatureMissing, PermissionDenied, RezolusError
-from .linux.uprobe_stub import Stub, first_arg_register
+from .linux.uprobe_stub import SLOTS, Stub, first_arg_register, hashed_slot
 from .linux.user_events import (
     REG_MULTI_FORMAT,
     REG_PERSIST,
@@ -220,18 +220,49 @@ def remove_owned(events: UprobeEvents,
     return deleted, busy
 
 
+#: Catalog events whose hashed slot another catalog event has: each gets a free slot here
+#: instead. Only ever appended to (an entry removed moves its event to another slot).
+#: When a new event collides, catalog_slots (tests/test_uprobe_layout.py) names a free one.
+SLOT_OVERRIDES: dict[str, int] = {}
+
+
+def event_slot(name: str) -> int:
+    """Return the stub slot of catalog event ``name``: the one its name hashes to, unless
+    SLOT_OVERRIDES gives it another. Nothing else counts, so adding or removing a sampler
+    moves no other event (a position in the catalog would)."""
+    return SLOT_OVERRIDES.get(name, hashed_slot(name))
+
+
 def catalog_slots() -> dict[str, int]:
-    """Return each catalog event's stub slot: its place in the catalog."""
-    return {e.name: i for i, e in enumerate(EVENTS)}
+    """Return each catalog event's stub slot (``event_slot``); raise RezolusError if two
+    share one, which the catalog's test prevents."""
+    out: dict[str, int] = {}
+    owner: dict[int, str] = {}
+    for e in EVENTS:
+        slot = out[e.name] = event_slot(e.name)
+        if owner.setdefault(slot, e.name) != e.name:
+            raise RezolusError(f"events {owner[slot]} and {e.name} share stub slot {slot}:"
+                               " give the one added last a free slot in SLOT_OVERRIDES"
+                               f" (e.g. {free_slot(e.name, owner)})")
+    return out
+
+
+def free_slot(name: str, taken: Iterable[int]) -> int:
+    """Return the slot for ``name``, not a catalog event's: its hashed slot, else the next
+    one (round the stub) not in ``taken``."""
+    used, start = set(taken), hashed_slot(name)
+    return next(s % SLOTS for s in range(start, start + SLOTS) if s % SLOTS not in used)
 
 
 class UprobePublisher:
     """The agent's events as uprobe events on the stub's slots, defined through one kept
     ``uprobe_events`` fd (so a reload after the privilege drop can still define).
 
-    Each event takes the slot of its place in the catalog, so a restart defines the same
-    event on the same slot: a definition left by a killed agent that a consumer (perf)
-    still holds is identical and is used again, and that consumer carries on.
+    Each event takes the slot of its name (``event_slot``), so a restart, even of another
+    version with other samplers, defines the same event on the same slot: a definition
+    left by a killed agent that a consumer (perf) still holds is identical and is used
+    again, and that consumer carries on. A name not in the catalog (a test's schema) takes
+    its hashed slot, or the next one no catalog event and no other such name has.
     """
 
     transport = "uprobe"
@@ -249,7 +280,6 @@ class UprobePublisher:
         self.handles: dict[str, EventHandle] = {}
         self._stats = Stats()
         self._slots = catalog_slots()
-        self._spare = self.stub.slots - 1
         # Stale definitions a killed agent left: delete them, keep the held ones for reuse.
         try:
             deleted, busy = remove_owned(self._events, self.stub.path)
@@ -266,12 +296,8 @@ class UprobePublisher:
 
     def _slot(self, name: str) -> int:
         slot = self._slots.get(name)
-        if slot is None:  # not in the catalog (a test's schema): take one from the top
-            slot = self._slots[name] = self._spare
-            self._spare -= 1
-        if slot >= self.stub.slots or self._spare < len(EVENTS) - 1:
-            raise RezolusError(f"the uprobe stub has {self.stub.slots} slots, too few for"
-                               f" {len(EVENTS)} events: reinstall a newer stub")
+        if slot is None:  # not in the catalog (a test's schema)
+            slot = self._slots[name] = free_slot(name, self._slots.values())
         return slot
 
     def register(self, schemas: Iterable[EventSchema]) -> dict[str, EventHandle]:

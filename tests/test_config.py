@@ -165,7 +165,8 @@ def test_fast_publish_interval_lowers_the_default_sample_interval() -> None:
 
 # --- option kinds ----------------------------------------------------------------------
 
-INT_OPT = config.Option("max_things", "int", 64, "How many things.", min_ns=1, max_ns=1000)
+INT_OPT = config.Option("max_things", "int", 64, "How many things.",
+                        bounds=config.IntRange(1, 1000))
 #: Declared with a list default, as a TOML file writes it (kept as a tuple).
 STRINGS_OPT = config.Option("include", "strings", ["*"], "Globs to include.")
 TEST_SAMPLERS = {**OPTS, "test": (*config.SAMPLER_OPTIONS, INT_OPT, STRINGS_OPT)}
@@ -238,6 +239,74 @@ def test_render_default_writes_every_kind() -> None:
     doc = tomllib.loads(text)
     assert doc["samplers"]["test"] == {"enabled": True, "max_things": 64, "include": ["*"]}
     assert config.parse(text, TEST_SAMPLERS).samplers["test"]["include"] == ("*",)
+    # A numeric option's comment says its range, in the kind's units.
+    assert "# How many things. Range: 1 to 1000.\nmax_things = 64" in text
+    agent = config.render_default({}, {})
+    assert "Range: 10ms to 1h.\npublish_interval = \"1s\"" in agent
+
+
+# --- option declarations: each kind its own bounds, checked at import ---------------------
+
+@pytest.mark.parametrize(("kind", "default", "bounds", "needle"), [
+    ("int", 5, config.DurationRange("1ms", "1s"), "kind 'int' needs bounds=IntRange(...)"),
+    ("duration", "1s", config.IntRange(1, 5), "kind 'duration' needs bounds=DurationRange"),
+    ("int", 5, None, "kind 'int' needs bounds=IntRange(...), not None"),
+    ("duration", "1s", None, "kind 'duration' needs bounds=DurationRange(...), not None"),
+    ("bool", True, config.IntRange(0, 1), "kind 'bool' has no bounds"),
+    ("strings", (), config.IntRange(0, 1), "kind 'strings' has no bounds"),
+])
+def test_bounds_must_be_of_the_options_kind(kind: str, default: object, bounds: object,
+                                           needle: str) -> None:
+    with pytest.raises(TypeError, match=re.escape(f"option x: {needle}")):
+        config.Option("x", kind, default, "X.", bounds=bounds)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("kind", "default", "bounds", "needle"), [
+    ("int", 0, config.IntRange(1, 5),
+     "option x: default 0: 0 is out of range: expected an integer from 1 to 5"),
+    ("int", "3", config.IntRange(1, 5), "default '3': expected an integer from 1 to 5"),
+    ("duration", "5ms", config.DurationRange("10ms", "1h"),
+     "default '5ms': '5ms' is out of range: expected a duration string from 10ms to 1h"),
+    ("duration", 1_000_000_000, config.DurationRange("10ms", "1h"),
+     "default 1000000000: expected a duration string"),
+])
+def test_a_default_outside_its_bounds_is_refused_at_declaration(
+        kind: str, default: object, bounds: config.Bounds, needle: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        config.Option("x", kind, default, "X.", bounds=bounds)
+
+
+def test_a_choice_default_must_be_a_choice() -> None:
+    with pytest.raises(ValueError, match=re.escape("default 'c': 'c' is not allowed")):
+        config.Option("x", "choice", "c", "X.", choices=("a", "b"))
+
+
+@pytest.mark.parametrize(("make", "needle"), [
+    (lambda: config.IntRange(5, 1), "IntRange: 5 is above 1"),
+    (lambda: config.DurationRange("1h", "1s"), "DurationRange: 1h is above 1s"),
+    (lambda: config.DurationRange("1", "1s"), "invalid duration '1'"),
+])
+def test_bounds_are_checked_when_declared(make, needle: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        make()
+
+
+def test_durations_are_bounded_and_said_in_duration_units() -> None:
+    b = config.DurationRange("10ms", "1h")
+    assert (b.lo, b.hi) == (10_000_000, 3_600_000_000_000)
+    assert b.convert("1h") == b.hi and b.convert("10ms") == b.lo
+    with pytest.raises(ValueError, match=re.escape(
+            "'61m' is out of range: expected a duration string from 10ms to 1h (e.g. \"1s\")")):
+        b.convert("61m")
+    assert config.IntRange(0, 1000).allowed() == "an integer from 0 to 1000"
+
+
+def test_every_declared_numeric_option_is_bounded_by_its_kind() -> None:
+    every = [*config.AGENT_OPTIONS, *(o for opts in OPTS.values() for o in opts)]
+    numeric = [o for o in every if o.kind in config.BOUNDS]
+    assert {o.kind for o in numeric} == {"int", "duration"}
+    assert all(type(o.bounds) is config.BOUNDS[o.kind] for o in numeric)
+    assert all(o.bounds is None for o in every if o.kind not in config.BOUNDS)
 
 
 # --- parse: rejections -----------------------------------------------------------------
@@ -494,5 +563,5 @@ def test_parse_returns_config_or_raises_config_error(text: str) -> None:
         assert isinstance(c, config.Config)
         assert set(c.samplers) == set(REGISTRY)
         publish = next(o for o in config.AGENT_OPTIONS if o.key == "publish_interval")
-        assert publish.min_ns <= c.publish_interval_ns <= publish.max_ns
+        assert publish.bounds.lo <= c.publish_interval_ns <= publish.bounds.hi
         assert c.sample_interval_ns <= c.publish_interval_ns

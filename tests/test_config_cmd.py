@@ -239,7 +239,7 @@ def _value(opt: cfg.Option) -> st.SearchStrategy[object]:
     if opt.kind == "choice":
         return st.sampled_from(opt.choices)
     if opt.kind == "int":
-        return st.integers(opt.min_ns, opt.max_ns)
+        return st.integers(opt.bounds.lo, opt.bounds.hi)
     if opt.kind == "strings":
         return st.lists(st.sampled_from(["a*", "/x", "lo"]), max_size=2)
     return st.sampled_from(["", "/proc", "/sys"])

@@ -14,13 +14,17 @@ from rezolus_ue import ebpf_recipe as r
 from rezolus_ue.cli import main
 from rezolus_ue.errors import RezolusError
 from rezolus_ue.linux.uprobe_stub import build
+from rezolus_ue.publisher import catalog_slots, event_slot
 from rezolus_ue.schema import CPU_USAGE, EVENTS, by_name
 
 STUB = Path("/usr/local/lib/rezolus-ue/librezolus_ue_stub.so")
 
+#: rezolus_cpu_usage's slot: its name's, in every version (publisher.event_slot).
+CPU_USAGE_SLOT = 15893
 CPU_USAGE_PROBE = (
-    "// rezolus_ue:rezolus_cpu_usage: the record the agent hands to stub slot 0 (arg0)\n"
-    "uprobe:/usr/local/lib/rezolus-ue/librezolus_ue_stub.so:rezolus_ue_tap_0\n"
+    f"// rezolus_ue:rezolus_cpu_usage: the record the agent hands to stub slot {CPU_USAGE_SLOT}"
+    " (arg0)\n"
+    f"uprobe:/usr/local/lib/rezolus-ue/librezolus_ue_stub.so:rezolus_ue_tap_{CPU_USAGE_SLOT}\n"
     "{\n"
     '    printf("rezolus_cpu_usage: cpu=%u user_ns=%lu nice_ns=%lu system_ns=%lu'
     " idle_ns=%lu iowait_ns=%lu irq_ns=%lu softirq_ns=%lu steal_ns=%lu busy_ppm=%lu\\n\",\n"
@@ -53,7 +57,7 @@ def test_every_scalar_is_read_at_its_packed_offset_and_text_as_a_string(event) -
     """Scalars sit in the record where the payload packs them (no padding); text fields
     are read as strings, where the uprobe layout puts them."""
     text = r.bpftrace_program([event], STUB)
-    assert f":rezolus_ue_tap_{EVENTS.index(event)}\n" in text
+    assert f":rezolus_ue_tap_{event_slot(event.name)}\n" in text
     reads = {name: (off, kind) for name, off, kind in r.record_fields(event)}
     assert list(reads) == list(event.field_names)
     pos = 0
@@ -103,8 +107,8 @@ def test_the_stub_names_each_slots_second_nop(tmp_path: Path) -> None:
             assert ctypes.string_at(fn, width) == nop, i
 
 
-def test_slots_follow_the_catalog() -> None:
-    assert [r.slot(e) for e in EVENTS] == list(range(len(EVENTS)))
+def test_slots_are_the_publishers() -> None:
+    assert {e.name: r.slot(e) for e in EVENTS} == catalog_slots()
 
 
 def test_refused_where_the_agent_publishes_through_user_events(monkeypatch) -> None:

@@ -1,5 +1,5 @@
-"""The uprobe transport's record layout, derived from each event's schema (pure logic;
-tests/uprobe/ runs it against the kernel)."""
+"""The uprobe transport's record layout, derived from each event's schema, and the stub
+slot each event takes (pure logic; tests/uprobe/ runs both against the kernel)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ import re
 import numpy as np
 import pytest
 
+from rezolus_ue import publisher
+from rezolus_ue.errors import RezolusError
+from rezolus_ue.linux.uprobe_stub import SLOTS, hashed_slot
 from rezolus_ue.metrics import h2
-from rezolus_ue.metrics.family import histogram_records
+from rezolus_ue.metrics.family import Family, counter, histogram_records
 from rezolus_ue.schema import EVENTS, by_name
 
 ARG = re.compile(r"(\w+)=\+(\d+)\(%di\):(\w+)")
@@ -91,3 +94,64 @@ def test_sparse_text_round_trip(n: int) -> None:
 def test_malformed_bucket_text_is_a_value_error(bad: str) -> None:
     with pytest.raises(ValueError, match="malformed"):
         h2.sparse_from_text(bad)
+
+
+# --- stub slots -------------------------------------------------------------------------
+
+
+def test_no_two_catalog_events_share_a_slot() -> None:
+    slots = publisher.catalog_slots()  # raises naming the pair if two share one
+    assert len(set(slots.values())) == len(EVENTS) == len(slots)
+    assert all(0 <= s < SLOTS for s in slots.values())
+
+
+def test_an_override_is_a_slot_no_name_hashes_to() -> None:
+    hashed = {hashed_slot(e.name): e.name for e in EVENTS}
+    for name, slot in publisher.SLOT_OVERRIDES.items():
+        assert name in by_name(), f"SLOT_OVERRIDES names {name}, no catalog event"
+        assert slot not in hashed, f"{name}'s override {slot} is {hashed[slot]}'s slot"
+
+
+def test_a_slot_is_the_names_alone() -> None:
+    # What the stub's users may rely on across versions: these never move.
+    assert hashed_slot("rezolus_cpu_usage") == 15893 == publisher.event_slot("rezolus_cpu_usage")
+    assert hashed_slot("rezolus_agent") == hashed_slot("rezolus_agent")
+    assert len({hashed_slot(f"rezolus_{i}") for i in range(1000)}) > 950  # spread
+
+
+#: A sampler's family added to the catalog: its events and a _dist one.
+ADDED = Family("rezolus_test_added", __name__, "A family a new sampler brings.", (),
+               (counter("things", "things", "things counted"),))
+
+
+@pytest.mark.parametrize("change", ["add", "remove"])
+def test_adding_or_removing_a_sampler_moves_no_other_event(
+        monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+    before = publisher.catalog_slots()
+    gone = {e.name for e in EVENTS if e.name.startswith("rezolus_cpu_")}
+    after_events = ((*ADDED.schemas, *EVENTS) if change == "add" else
+                    tuple(e for e in EVENTS if e.name not in gone))
+    monkeypatch.setattr(publisher, "EVENTS", after_events)
+    after = publisher.catalog_slots()
+    kept = {n: s for n, s in before.items() if n in after}
+    assert kept and {n: after[n] for n in kept} == kept
+    if change == "add":
+        assert {e.name for e in ADDED.schemas} <= after.keys()
+        assert len(set(after.values())) == len(after)
+
+
+def test_two_catalog_events_on_one_slot_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = EVENTS[0].name, EVENTS[1].name
+    monkeypatch.setitem(publisher.SLOT_OVERRIDES, second, publisher.event_slot(first))
+    with pytest.raises(RezolusError, match=f"events {first} and {second} share stub slot"):
+        publisher.catalog_slots()
+
+
+def test_a_name_outside_the_catalog_takes_a_slot_none_uses() -> None:
+    taken = set(publisher.catalog_slots().values())
+    slot = publisher.free_slot("rezolus_a_tests_own", taken)
+    assert slot not in taken and slot == hashed_slot("rezolus_a_tests_own")
+    # Its hashed slot in use: the next free one, round the end of the stub.
+    assert publisher.free_slot("x", {hashed_slot("x")}) == (hashed_slot("x") + 1) % SLOTS
+    last = set(range(hashed_slot("x"), SLOTS))
+    assert publisher.free_slot("x", last) == 0

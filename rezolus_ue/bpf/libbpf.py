@@ -242,12 +242,14 @@ def not_permitted(op: str, lines: list[str] | tuple[str, ...] = ()) -> Permissio
     is then elsewhere: a step needing more (e.g. CAP_SYS_ADMIN), a security module, kernel
     lockdown, or a seccomp filter (systemd's ``SystemCallFilter=``).
     """
-    from ..privilege import RUNTIME_CAPS, missing
+    from ..linux.capabilities import BPF_PROGRAMS
+    from ..privilege import missing
 
+    wanted = [n.cap for n in BPF_PROGRAMS]
     try:
-        lacking = missing(RUNTIME_CAPS)
+        lacking = missing(wanted)
     except (OSError, ValueError):
-        lacking = list(RUNTIME_CAPS)
+        lacking = wanted
     if lacking:
         return PermissionDenied(f"{op}: operation not permitted: this process lacks"
                                 f" {' and '.join(lacking)} (run as root, or grant them;"
@@ -259,7 +261,7 @@ def not_permitted(op: str, lines: list[str] | tuple[str, ...] = ()) -> Permissio
         step = (f"refused: {last} (with CAP_BPF and CAP_PERFMON held, a security module,"
                 " kernel lockdown or a seccomp filter is the likely cause)")
     return PermissionDenied(f"{op}: operation not permitted although"
-                            f" {' and '.join(RUNTIME_CAPS)} are in effect: {step}")
+                            f" {' and '.join(wanted)} are in effect: {step}")
 
 
 def num_possible_cpus() -> int:

@@ -2,8 +2,9 @@
 capability ``prctl(2)`` calls.
 
 Capability numbers are from ``include/uapi/linux/capability.h``; sets are read from
-``/proc/<pid>/status`` (the root is injectable). What the agent keeps and when it drops
-the rest is policy, in ``rezolus_ue.privilege``.
+``/proc/<pid>/status`` (the root is injectable). ``Need`` names a capability with the
+kernel's reason for requiring it; the operations several samplers share have theirs here.
+What the agent keeps and when it drops the rest is policy, in ``rezolus_ue.privilege``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 #: The capabilities rezolus-ue knows by name (the full list is in capability.h).
@@ -22,6 +24,32 @@ CAPS = {
     "CAP_BPF": 39,
 }
 NAMES = {v: k for k, v in CAPS.items()}
+
+
+@dataclass(frozen=True)
+class Need:
+    """A capability an operation needs, and why the kernel asks for it."""
+
+    cap: str
+    why: str
+
+    def __post_init__(self) -> None:
+        if self.cap not in CAPS:
+            raise ValueError(f"unknown capability {self.cap!r}: add its number to CAPS")
+
+
+#: Loading and attaching tracing BPF programs, which the BPF samplers do on demand.
+BPF_PROGRAMS = (
+    Need("CAP_BPF", "create maps and load programs with bpf(2) (bpf_capable), each time a"
+         " consumer arrives"),
+    Need("CAP_PERFMON", "load and attach tracing programs (is_perfmon_prog_type) and open"
+         " the system-wide perf events classic tracepoints attach through"),
+)
+#: Counting on every CPU with ``perf_event_open(pid = -1)``.
+PERF_COUNTERS = (
+    Need("CAP_PERFMON", "open per-CPU perf counters (pid = -1) at start and when a reload"
+         " restarts the sampler, refused without it where kernel.perf_event_paranoid >= 1"),
+)
 
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 PR_SET_KEEPCAPS = 8

@@ -15,9 +15,13 @@
  *
  * Written in assembler so every slot's probed instructions are exactly one `nop` each, on
  * x86-64 and arm64 alike (both spell them `nop` and `ret`). Built and installed by
- * `python -m rezolus_ue.linux.uprobe_stub --install` (scripts/setup.sh runs it).
+ * `python -m rezolus_ue.linux.uprobe_stub --install` (scripts/setup.sh runs it), which
+ * passes REZOLUS_UE_SLOTS: the slot count is declared once, in uprobe_stub.py, where event
+ * names are hashed into it.
  */
-#define REZOLUS_UE_SLOTS 256
+#ifndef REZOLUS_UE_SLOTS
+#error "build with -DREZOLUS_UE_SLOTS=<n>: python -m rezolus_ue.linux.uprobe_stub --out PATH"
+#endif
 #define REZOLUS_UE_SLOT_SIZE 16
 #define STR_(x) #x
 #define STR(x) STR_(x)

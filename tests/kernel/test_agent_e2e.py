@@ -140,9 +140,9 @@ def test_writes_nothing_until_a_consumer_enables_run_as_the_unit_runs_it(
     set is the unit's ``CapabilityBoundingSet=``, nothing inheritable or ambient, and
     no_new_privs (``NoNewPrivileges=yes``); the command is the unit's ``ExecStart=``
     (``run --user``) as ``nobody`` (the unit's own user is made by install-service). The
-    agent must register its events as root's uid, become the user with exactly CAP_BPF +
-    CAP_PERFMON in effect and permitted, still write, and unregister (user_events) or
-    delete (uprobe events) them on SIGTERM.
+    agent must register its events as root's uid, become the user with exactly what its
+    enabled samplers need in effect and permitted, still write, and unregister
+    (user_events) or delete (uprobe events) them on SIGTERM.
     """
     import pwd
 
@@ -160,8 +160,8 @@ def test_writes_nothing_until_a_consumer_enables_run_as_the_unit_runs_it(
     caps = ",".join("+" + c.removeprefix("CAP_").lower() for c in bounding)
     prefix = (setpriv, f"--bounding-set=-all,{caps}", "--inh-caps=-all",
               "--ambient-caps=-all", "--no-new-privs", "--")
-    a = AgentProcess("--user", "nobody", "--config",
-                     str(without_bpf(Path(tempfile.mkdtemp()))), "--interval", "100ms",
+    conf = without_bpf(Path(tempfile.mkdtemp()))
+    a = AgentProcess("--user", "nobody", "--config", str(conf), "--interval", "100ms",
                      prefix=prefix)
     try:
         a.wait_registered(bus)
@@ -170,7 +170,10 @@ def test_writes_nothing_until_a_consumer_enables_run_as_the_unit_runs_it(
         a.wait_output("running as nobody")
         st = proc_status(a.proc.pid)
         assert st["Uid"].split() == [str(nobody.pw_uid)] * 4, st
-        want = sum(1 << capabilities.CAPS[c] for c in privilege.RUNTIME_CAPS)
+        from rezolus_ue.cli import load_config
+
+        keep = privilege.kept(load_config(conf))
+        want = sum(1 << capabilities.CAPS[c] for c in keep)
         held = capabilities.parse_status(Path(f"/proc/{a.proc.pid}/status").read_text())
         assert held["CapEff"] == held["CapPrm"] == want, st
         assert held["CapInh"] == held.get("CapAmb", 0) == 0, st
@@ -196,7 +199,8 @@ def test_writes_nothing_until_a_consumer_enables_run_as_the_unit_runs_it(
         assert a.stop() == 0
         out = a.output()
         assert "Traceback" not in out
-        assert "kept CAP_BPF, CAP_PERFMON; running as nobody" in out, out
+        # What it kept, and for which samplers.
+        assert f"; kept {privilege.describe(keep)}; running as nobody" in out, out
         assert re.search(r"stopped: [1-9]\d* records written", out), out
         # Gone on SIGTERM: the kernel deletes user_events nobody references; the agent
         # deletes its uprobe events through the descriptor it opened as root.

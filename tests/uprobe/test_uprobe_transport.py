@@ -20,6 +20,7 @@ from kernel.conftest import wait_for
 from waiting import scaled
 
 from rezolus_ue.linux.uprobe_stub import Stub, stub_path
+from rezolus_ue.publisher import event_slot
 from rezolus_ue.schema import AGENT, CPU_USAGE, by_name
 from tracefs_tools import TracefsError, UprobeDefinition, UprobeEvents
 
@@ -348,8 +349,8 @@ def test_another_probe_on_a_slot_is_named_in_the_sampler_status(tfs, tmp_path):
     from rezolus_ue.agent import read_status
 
     stub = Stub()
-    foreign = UprobeDefinition("not_rezolus", "on_slot0", str(stub.path),
-                               stub.function_offset(0))  # slot 0: rezolus_cpu_usage
+    foreign = UprobeDefinition("not_rezolus", "on_cpu_usage_slot", str(stub.path),
+                               stub.function_offset(event_slot(CPU_USAGE.name)))
     with UprobeEvents(tfs.root) as ev:
         ev.define(foreign)
     a = Agent("run", "--config", str(shipped_config(tmp_path)))
@@ -358,7 +359,7 @@ def test_another_probe_on_a_slot_is_named_in_the_sampler_status(tfs, tmp_path):
         st = wait_for(lambda: (read_status() or {}).get("samplers", {}).get("cpu_usage"),
                       timeout=60, what="the agent's status")
         assert st["status"] == "unavailable", st
-        assert "not_rezolus:on_slot0 probes the same address" in st["reason"], st
+        assert "not_rezolus:on_cpu_usage_slot probes the same address" in st["reason"], st
     finally:
         a.close()
         with UprobeEvents(tfs.root) as ev:

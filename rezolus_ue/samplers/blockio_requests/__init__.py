@@ -42,6 +42,7 @@ while loaded. Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 from __future__ import annotations
 
 from ...encoding import char_array
+from ...linux.capabilities import BPF_PROGRAMS, Need
 from ...metrics.family import COSTLY, Family, Label, counter, histogram
 from ...metrics.labels import ATTACHED
 
@@ -100,3 +101,6 @@ BLOCKIO_REQUESTS = Family(
 
 #: This sampler's families, in documentation order.
 FAMILIES: tuple[Family, ...] = (BLOCKIO_LATENCY, BLOCKIO_SIZE, BLOCKIO_REQUESTS,)
+
+#: Capabilities this sampler needs after the agent's privilege drop (rezolus_ue.privilege).
+CAPABILITIES: tuple[Need, ...] = BPF_PROGRAMS

@@ -28,7 +28,7 @@ Events: ``rezolus_cgroup`` (one record per kept group per interval).
 
 from __future__ import annotations
 
-from ...config import Option
+from ...config import IntRange, Option
 from ...metrics.family import Family, counter, gauge
 from ...metrics.labels import CGROUP
 
@@ -63,7 +63,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_cgroups", "int", 64,
            "Most cgroups published. When more match, those that used the most CPU since"
            " the previous walk of the hierarchy (every 10s at most) are kept.",
-           min_ns=1, max_ns=10000),
+           bounds=IntRange(1, 10000)),
     Option("include", "strings", ["*"],
            "Globs on the cgroup path (\"/\" is the root group, e.g."
            " \"/system.slice/*\"; * also matches /): only matching groups are read."),

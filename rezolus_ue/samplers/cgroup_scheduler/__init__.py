@@ -33,8 +33,9 @@ Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 
 from __future__ import annotations
 
-from ...config import Option
+from ...config import IntRange, Option
 from ...encoding import char_array
+from ...linux.capabilities import BPF_PROGRAMS, Need
 from ...metrics.family import COSTLY, Family, Label, counter, histogram
 from ...metrics.labels import ATTACHED, CGROUP
 from ..cgroup import OPTIONS as CGROUP_OPTIONS
@@ -85,6 +86,9 @@ OPTIONS: tuple[Option, ...] = (
            " cgroup counts in \"(other)\". When more match, those that used the most"
            " CPU since the previous walk of the hierarchy (every 10s at most) are kept."
            " Kernel memory: about 4 KB per cgroup.",
-           min_ns=1, max_ns=1024),
+           bounds=IntRange(1, 1024)),
     *(o for o in CGROUP_OPTIONS if o.key in ("include", "exclude")),
 )
+
+#: Capabilities this sampler needs after the agent's privilege drop (rezolus_ue.privilege).
+CAPABILITIES: tuple[Need, ...] = BPF_PROGRAMS

@@ -19,6 +19,7 @@ Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 
 from __future__ import annotations
 
+from ...linux.capabilities import BPF_PROGRAMS, Need
 from ...metrics.family import COSTLY, Family, counter
 from ...metrics.labels import CPU
 
@@ -37,3 +38,6 @@ CPU_MIGRATIONS = Family(
 
 #: This sampler's families, in documentation order.
 FAMILIES: tuple[Family, ...] = (CPU_MIGRATIONS,)
+
+#: Capabilities this sampler needs after the agent's privilege drop (rezolus_ue.privilege).
+CAPABILITIES: tuple[Need, ...] = BPF_PROGRAMS

@@ -23,6 +23,7 @@ Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 from __future__ import annotations
 
 from ...encoding import char_array
+from ...linux.capabilities import BPF_PROGRAMS, Need
 from ...metrics.family import COSTLY, Family, Label, counter, histogram
 from ...metrics.labels import ATTACHED, CPU
 from ..cpu_softirq import SOFTIRQ_KINDS
@@ -52,3 +53,6 @@ SOFTIRQ_DURATION = Family(
 
 #: This sampler's families, in documentation order.
 FAMILIES: tuple[Family, ...] = (SOFTIRQ_TIME, SOFTIRQ_DURATION,)
+
+#: Capabilities this sampler needs after the agent's privilege drop (rezolus_ue.privilege).
+CAPABILITIES: tuple[Need, ...] = BPF_PROGRAMS

@@ -24,6 +24,7 @@ Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 from __future__ import annotations
 
 from ...encoding import char_array
+from ...linux.capabilities import BPF_PROGRAMS, Need
 from ...metrics.family import COSTLY, Family, Label, counter
 
 DROP_REASON = Label("reason", char_array(32), "why the kernel dropped the packets: enum"
@@ -63,3 +64,6 @@ NETWORK_DROPS = Family(
 
 #: This sampler's families, in documentation order.
 FAMILIES: tuple[Family, ...] = (NETWORK_TRAFFIC, NETWORK_DROPS,)
+
+#: Capabilities this sampler needs after the agent's privilege drop (rezolus_ue.privilege).
+CAPABILITIES: tuple[Need, ...] = BPF_PROGRAMS

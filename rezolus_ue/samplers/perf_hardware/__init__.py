@@ -18,6 +18,7 @@ Events: ``rezolus_perf_hardware`` (+ ``_dist``).
 from __future__ import annotations
 
 from ...config import Option
+from ...linux.capabilities import PERF_COUNTERS, Need
 from ...metrics.family import Family, counter, gauge
 from ...metrics.labels import CPU
 from ..perf_software import OVERSAMPLE, PERF_DIST
@@ -47,3 +48,6 @@ OPTIONS: tuple[Option, ...] = (
            " ipc_milli divides cycles and instructions counted over the same time. Turn"
            " off on a PMU with too few counters to hold all three at once."),
 )
+
+#: Capabilities this sampler needs after the agent's privilege drop (rezolus_ue.privilege).
+CAPABILITIES: tuple[Need, ...] = PERF_COUNTERS

@@ -22,6 +22,7 @@ Events: ``rezolus_perf_software`` (+ ``_dist``).
 from __future__ import annotations
 
 from ...config import Option
+from ...linux.capabilities import PERF_COUNTERS, Need
 from ...metrics.family import Family, counter
 from ...metrics.labels import CPU
 
@@ -59,3 +60,6 @@ OVERSAMPLE = Option(
 
 #: This sampler's options (beyond the common ones): key, type, default, help.
 OPTIONS: tuple[Option, ...] = (OVERSAMPLE,)
+
+#: Capabilities this sampler needs after the agent's privilege drop (rezolus_ue.privilege).
+CAPABILITIES: tuple[Need, ...] = PERF_COUNTERS

@@ -36,8 +36,9 @@ tracepoint). Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 
 from __future__ import annotations
 
-from ...config import Option
+from ...config import DurationRange, IntRange, Option, format_duration
 from ...encoding import char_array
+from ...linux.capabilities import BPF_PROGRAMS, Need
 from ...metrics.family import COSTLY, Family, Label, counter, histogram
 from ...metrics.labels import ATTACHED
 
@@ -88,7 +89,7 @@ OPTIONS: tuple[Option, ...] = (
            " few samples (10 fsyncs a second: about one timed), so where rare slow calls"
            " matter, time continuously. attached_ns says how much of the interval was"
            " timed.",
-           min_ns=1_000_000, max_ns=WINDOW_PERIOD_NS),
+           bounds=DurationRange("1ms", format_duration(WINDOW_PERIOD_NS))),
     Option("latency_sample", "int", 1,
            "Of the syscalls entered during the timing windows (latency_window), time 1 in"
            " this many, chosen at random; every syscall is counted whatever this is. 1"
@@ -101,5 +102,8 @@ OPTIONS: tuple[Option, ...] = (
            " 2*sqrt(p(1-p)/n) 19 times in 20 (p99 of 1,000 sampled calls: between p98.4"
            " and p99.6), on top of H2's 12.5% bucket width; a family with few calls per"
            " interval gets few samples.",
-           min_ns=1, max_ns=65536),
+           bounds=IntRange(1, 65536)),
 )
+
+#: Capabilities this sampler needs after the agent's privilege drop (rezolus_ue.privilege).
+CAPABILITIES: tuple[Need, ...] = BPF_PROGRAMS

@@ -26,6 +26,7 @@ Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 
 from __future__ import annotations
 
+from ...linux.capabilities import BPF_PROGRAMS, Need
 from ...metrics.family import COSTLY, Family, counter, histogram
 from ...metrics.labels import ATTACHED
 
@@ -83,3 +84,6 @@ TCP_RETRANSMIT = Family(
 FAMILIES: tuple[Family, ...] = (
     TCP_PACKET_LATENCY, TCP_SRTT, TCP_JITTER, TCP_CONNECT_LATENCY, TCP_RETRANSMIT,
 )
+
+#: Capabilities this sampler needs after the agent's privilege drop (rezolus_ue.privilege).
+CAPABILITIES: tuple[Need, ...] = BPF_PROGRAMS

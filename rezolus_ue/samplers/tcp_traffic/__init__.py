@@ -21,6 +21,7 @@ Cost: docs/PERFORMANCE.md (measured by ``bench/``).
 
 from __future__ import annotations
 
+from ...linux.capabilities import BPF_PROGRAMS, Need
 from ...metrics.family import COSTLY, Family, counter
 
 TCP_TRAFFIC = Family(
@@ -43,3 +44,6 @@ TCP_TRAFFIC = Family(
 
 #: This sampler's families, in documentation order.
 FAMILIES: tuple[Family, ...] = (TCP_TRAFFIC,)
+
+#: Capabilities this sampler needs after the agent's privilege drop (rezolus_ue.privilege).
+CAPABILITIES: tuple[Need, ...] = BPF_PROGRAMS
