@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracefs_tools import Tracefs, TracefsError, UprobeEvents, find_tracefs
+from tracefs_tools import Tracefs, TracefsError, UprobeEvents, find_tracefs, parse_mounts
 
 from .bpf.loader import release_probes
 from .config import Config
@@ -190,21 +190,91 @@ def _probe_kprobes(root: Path | None) -> Result:
                   " samplers that need kprobes will be unavailable (tracepoints still work)")
 
 
-def _probe_capabilities() -> Result:
-    from .privilege import RUNTIME_CAPS, missing
+def _probe_capabilities(config: Config | None) -> Result:
+    """Whether this process has what the enabled samplers need after start-up (with no
+    config, every sampler), saying which sampler needs which."""
+    from .privilege import declared, describe, kept, missing, union
 
+    keep = kept(config) if config is not None else union(declared())
     try:
-        lacking = missing(RUNTIME_CAPS)
+        lacking = missing(keep)
     except (OSError, KeyError, ValueError) as e:
         return Result("capabilities", "warn", f"cannot read /proc/self/status: {e}")
     if not lacking:
-        return Result("capabilities", "pass", f"{' and '.join(RUNTIME_CAPS)} in effect (the"
-                      " agent keeps only these after start-up)")
-    why = {"CAP_BPF": "BPF samplers cannot load",
-           "CAP_PERFMON": "BPF programs cannot attach and perf counters cannot open"}
-    return Result("capabilities", "warn", "missing " + "; ".join(
-        f"{c}: {why[c]}" for c in lacking) + " (run as root, or grant them, e.g. systemd"
-        " AmbientCapabilities=CAP_BPF CAP_PERFMON)")
+        return Result("capabilities", "pass", f"{describe(keep)} in effect: the agent keeps"
+                      " only what its enabled samplers need after start-up")
+    def needed(cap: str) -> str:
+        by_why: dict[str, list[str]] = {}
+        for who, why in keep[cap].items():
+            by_why.setdefault(why, []).append(who)
+        return "; ".join(f"{', '.join(whos)}: to {why}" for why, whos in by_why.items())
+
+    return Result("capabilities", "warn", "missing " + ", ".join(
+        f"{c} ({needed(c)})" for c in lacking) + "; run as root, or grant them (e.g."
+        f" systemd AmbientCapabilities={' '.join(lacking)})")
+
+
+#: What each hidepid mode of a proc mount hides (proc(5)): named since Linux 5.8,
+#: numbered before.
+_HIDEPID = {
+    "noaccess": "other users' processes are listed but their files cannot be read",
+    "invisible": "other users' processes are not even listed",
+    "ptraceable": "the processes the reader may not ptrace are not listed",
+}
+_HIDEPID_NUMBERS = {"0": "off", "1": "noaccess", "2": "invisible", "4": "ptraceable"}
+
+
+def procfs_visibility(mounts_text: str, procfs: str, sees: bool | None) -> Result:
+    """Return what the proc mount at ``procfs`` (in a /proc/mounts text) hides from the
+    agent: hidepid (and its gid=), subset=pid. ``sees``: whether the agent will see past
+    hidepid (it keeps CAP_SYS_PTRACE); None: no enabled sampler reads other processes."""
+    mounts = [e for e in parse_mounts(mounts_text)
+              if e.fstype == "proc" and os.path.normpath(e.target) == os.path.normpath(procfs)]
+    if not mounts:
+        return Result("procfs", "warn", f"no proc filesystem mounted at {procfs}")
+    opts = dict(o.partition("=")[::2] for o in mounts[-1].options.split(","))
+    mode = _HIDEPID_NUMBERS.get(opts.get("hidepid", "off"), opts.get("hidepid", "off"))
+    if opts.get("subset") == "pid":
+        return Result("procfs", "warn", f"{procfs} is mounted with subset=pid: only process"
+                      f" directories, no {procfs}/stat, meminfo, loadavg and the rest, so the"
+                      " procfs samplers read nothing there and no capability sees past it;"
+                      " give the agent a proc mount without subset=pid")
+    if mode == "off":
+        return Result("procfs", "pass", f"{procfs}: every process visible (no hidepid)")
+    hidden = _HIDEPID.get(mode, f"hidepid={mode}, unknown to this version")
+    if "gid" in opts:
+        hidden += f", except to members of group {opts['gid']}"
+    head = f"{procfs} is mounted with hidepid={mode}: {hidden}"
+    if sees is None:
+        return Result("procfs", "pass", f"{head}; no enabled sampler reads other processes")
+    if sees:
+        return Result("procfs", "pass", f"{head}; the agent keeps CAP_SYS_PTRACE, which"
+                      " sees past it")
+    return Result("procfs", "warn", f"{head}; the agent will not hold CAP_SYS_PTRACE, so the"
+                  " processes sampler sees only its own user's processes (the others are"
+                  " counted in rezolus_processes.unreadable, or not at all): run as root, or"
+                  " grant CAP_SYS_PTRACE")
+
+
+def _probe_procfs(config: Config | None) -> Result:
+    """Whether hidepid hides processes from the agent, as ``run`` with ``config`` keeps
+    its capabilities (with no config: every sampler enabled)."""
+    from .privilege import declared, kept, missing, union
+
+    procfs = str(config.agent["procfs"]) if config is not None else "/proc"
+    try:
+        text = Path("/proc/self/mounts").read_text()
+    except OSError as e:
+        return Result("procfs", "warn", f"cannot read /proc/self/mounts: {e.strerror}")
+    if config is not None and not config.sampler_enabled("processes"):
+        return procfs_visibility(text, procfs, None)
+    keep = kept(config) if config is not None else union(declared())
+    drops = config is None or bool(config.agent.get("drop_capabilities", True))
+    try:
+        held = not missing(["CAP_SYS_PTRACE"])
+    except (OSError, KeyError, ValueError):
+        held = False
+    return procfs_visibility(text, procfs, held and ("CAP_SYS_PTRACE" in keep or not drops))
 
 
 def _reason(e: BaseException) -> str:
@@ -307,7 +377,7 @@ def probe_samplers(config: Config, user: str | None = None) -> list[Result]:
     """Return whether each enabled sampler works as ``run`` (``run --user USER``) runs it.
 
     As root: in a forked child that starts the samplers as root, then drops to what the
-    agent keeps (privilege.drop_to: CAP_BPF and CAP_PERFMON, becoming ``user``), then
+    agent keeps (privilege.kept: what the enabled samplers need, becoming ``user``), then
     loads, verifies and attaches each BPF sampler, as a consumer's arrival would. So a
     sampler the agent could start but not load after its drop is not reported PASS. Not
     as root: in this process, with this user's privileges, and the first line says so.
@@ -333,9 +403,11 @@ def probe_samplers(config: Config, user: str | None = None) -> list[Result]:
     if user is not None:
         privilege.require_user(user)
 
+    keep = privilege.kept(config)
+
     def drop() -> Result:
         try:
-            privilege.drop_to(privilege.RUNTIME_CAPS, user=user)
+            privilege.drop_to(keep, user=user)
         except OSError as e:  # as drop_after_start: an error with --user, else a warning
             if user is not None:
                 raise RezolusError(f"cannot become user {user}: {e.strerror}") from None
@@ -343,7 +415,7 @@ def probe_samplers(config: Config, user: str | None = None) -> list[Result]:
                           " samplers checked with every capability, as `run` keeps them then")
         who = f"as {user} (uid {os.getuid()})" if user else "as root"
         return Result("privileges", "pass", f"samplers started as root, then checked {who}"
-                      f" with only {' and '.join(privilege.RUNTIME_CAPS)}, as `run"
+                      f" with only {', '.join(keep) or 'no capabilities'}, as `run"
                       f"{' --user ' + user if user else ''}` runs them")
 
     return _in_child(lambda: _check_samplers(config, drop))
@@ -355,7 +427,8 @@ def run_checks(mount: bool = True, config: Config | None = None,
     ``run``, or ``run --user USER``, would run them)."""
     tracefs, root = _probe_tracefs(mount)
     setting = str(config.agent["transport"]) if config is not None else "auto"
-    out = [tracefs, *_probe_transports(root, setting), _probe_capabilities(), _probe_bpf(),
+    out = [tracefs, *_probe_transports(root, setting), _probe_capabilities(config),
+           _probe_procfs(config), _probe_bpf(),
            _probe_btf(), *_probe_perf(), _probe_kprobes(root)]
     if config is not None:
         out += probe_samplers(config, user)

@@ -1,7 +1,7 @@
 """`rezolus-ue check` judges each sampler with the privileges the agent will run with.
 
 Pure parts in-process (a sampler's result line, the child process's reporting); on the
-host as root, the real command: started as root, dropped to CAP_BPF + CAP_PERFMON (and to
+host as root, the real command: started as root, dropped to what the agent keeps (and to
 ``nobody`` with ``--user``), every BPF sampler must still load and attach exactly as with
 full root privileges, for each attach kind; not as root, check says so on its first
 sampler-related line.
@@ -124,7 +124,7 @@ def _root_with_bpf() -> None:
 def test_dropping_to_the_agents_privileges_loses_no_bpf_sampler(tmp_path: Path,
                                                                  attach: str) -> None:
     """Each BPF sampler that loads and attaches with every capability still does, the same
-    way, after check drops to CAP_BPF + CAP_PERFMON as root and as ``nobody``; "tracepoint"
+    way, after check drops to what the samplers need as root and as ``nobody``; "tracepoint"
     is the kind that read tracefs at attach time (nobody cannot)."""
     _root_with_bpf()
     full, out = run_check(tmp_path, agent="drop_capabilities = false", attach=attach)
@@ -137,7 +137,8 @@ def test_dropping_to_the_agents_privileges_loses_no_bpf_sampler(tmp_path: Path,
     for args, who in (((), "as root"), (("--user", "nobody"), "as nobody")):
         dropped, out = run_check(tmp_path, *args, attach=attach)
         assert dropped["privileges"].startswith("PASS") and who in dropped["privileges"], out
-        assert "only CAP_BPF and CAP_PERFMON" in dropped["privileges"], out
+        m = re.search(r" with only ([\w, ]+), as `run", dropped["privileges"])
+        assert m and {"CAP_BPF", "CAP_PERFMON"} <= set(m.group(1).split(", ")), out
         for name, line in passing.items():
             assert dropped[f"sampler {name}"] == line, out
 
@@ -159,3 +160,45 @@ def test_not_as_root_check_says_whose_privileges_it_used(tmp_path: Path) -> None
     line = lines["sampler scheduler_runqueue"]
     assert line.startswith("WARN") and "lacks CAP_BPF and CAP_PERFMON" in line, line
     assert lines["sampler cpu_usage"].startswith("PASS"), out
+
+
+# --- what a hidepid proc mount hides --------------------------------------------------
+
+
+@pytest.mark.parametrize(("options", "sees", "status", "says"), [
+    ("rw,nosuid,nodev,noexec,relatime", True, "pass", "every process visible"),
+    ("rw,relatime,hidepid=invisible", True, "pass", "not even listed; the agent keeps"
+     " CAP_SYS_PTRACE, which sees past it"),
+    ("rw,relatime,hidepid=2", False, "warn", "hidepid=invisible: other users' processes are"
+     " not even listed; the agent will not hold CAP_SYS_PTRACE"),
+    ("rw,relatime,gid=4,hidepid=1", False, "warn", "listed but their files cannot be read,"
+     " except to members of group 4"),
+    ("rw,relatime,hidepid=ptraceable", None, "pass", "no enabled sampler reads other"
+     " processes"),
+    ("rw,relatime,hidepid=0", False, "pass", "every process visible"),
+    ("rw,relatime,subset=pid", True, "warn", "no capability sees past it"),
+])
+def test_procfs_line_says_what_hidepid_hides(options: str, sees: bool | None, status: str,
+                                            says: str) -> None:
+    mounts = (f"sysfs /sys sysfs rw 0 0\nproc /proc proc rw,relatime 0 0\n"
+              f"proc /proc proc {options} 0 0\n")  # the last mount at a point is in effect
+    r = check.procfs_visibility(mounts, "/proc", sees)
+    assert (r.name, r.status) == ("procfs", status) and says in r.detail, r
+    assert check.procfs_visibility(mounts, "/elsewhere", sees).status == "warn"
+
+
+@pytest.mark.host
+def test_procfs_line_reads_a_real_hidepid_mount(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting proc needs root")
+    point = tmp_path / "proc"
+    point.mkdir()
+    if subprocess.run(["mount", "-t", "proc", "-o", "hidepid=invisible", "proc", str(point)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount proc here")
+    try:
+        mounts = Path("/proc/self/mounts").read_text()
+        r = check.procfs_visibility(mounts, str(point), False)
+    finally:
+        subprocess.run(["umount", str(point)], check=True)
+    assert r.status == "warn" and "hidepid=invisible" in r.detail, r

@@ -40,6 +40,7 @@ NAMES = (
     "perf_hardware",
     "cgroup",
     "cgroup_scheduler",
+    "processes",
     "agent",
 )
 

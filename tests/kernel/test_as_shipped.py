@@ -5,7 +5,7 @@ Users run the agent two ways, and each is tested here, on each transport: user_e
 (kernel tier: the one end-to-end run of that transport, in the VM on kernels without it)
 and uprobe (``transport = "uprobe"``; the uprobe tier, on this host):
 
-* ``sudo rezolus-ue run``: root, which drops to CAP_BPF + CAP_PERFMON after start-up;
+* ``sudo rezolus-ue run``: root, which drops to what its samplers need after start-up;
 * the systemd unit: its ``ExecStart=`` (``run --user ...``) under its
   ``CapabilityBoundingSet=``, ``NoNewPrivileges=yes``, nothing inheritable or ambient.
   virtme-ng's init is not systemd, so setpriv(1) reproduces the unit from the unit file
@@ -308,9 +308,11 @@ def shipped_agent(request, tmp_path) -> Iterator[tuple[str, AgentProcess, str]]:
 
 def test_every_event_reaches_every_consumer_under_the_shipped_privileges(shipped_agent):
     how, agent, group = shipped_agent
-    # After the whole drop (setuid, then capset): exactly the runtime capabilities.
+    # After the whole drop (setuid, then capset): exactly what its samplers need.
     assert "dropped" in agent.output(), agent.output()
-    want = sum(1 << capabilities.CAPS[c] for c in privilege.RUNTIME_CAPS)
+    from rezolus_ue.cli import load_config
+
+    want = sum(1 << capabilities.CAPS[c] for c in privilege.kept(load_config(CONFIG)))
     held = capabilities.parse_status(Path(f"/proc/{agent.proc.pid}/status").read_text())
     assert held["CapEff"] == held["CapPrm"] == want, (how, held)
     if how == "unit":
@@ -375,6 +377,10 @@ def test_every_event_reaches_every_consumer_under_the_shipped_privileges(shipped
     last = by_event[AGENT.name][-1]
     assert _field(last, "sampler_errors") == 0, (last, out)
     assert _field(last, "write_errors") == 0, (last, out)
+    # Past the drop (and the unit's bounding set), every user's /proc/<pid> files read.
+    if "rezolus_processes" in by_event:
+        summary = by_event["rezolus_processes"][-1]
+        assert _field(summary, "unreadable") == 0, (how, summary)
 
     # Our consumers saw the same events.
     tail_events = {r["event"] for r in c.tail_records()}

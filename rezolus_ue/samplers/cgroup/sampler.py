@@ -11,10 +11,11 @@ from pathlib import Path
 
 from tracefs_tools import parse_mounts
 
-from ...errors import RezolusError, SamplerUnavailable
+from ...errors import SamplerUnavailable
 from ...linux.procfs import KeptOpen
 from ...metrics.family import Family
 from ..base import FamilySampler
+from ..ranked import Kept, growth, rank
 from . import CGROUP_FAMILY, FAMILIES, OPTIONS
 
 #: Longest published label, in bytes (the event field holds 256 with the NUL).
@@ -94,13 +95,10 @@ def matches(path: str, include: Sequence[str], exclude: Sequence[str]) -> bool:
 def select_top(usage: Mapping[str, int], baseline: Mapping[str, int],
                limit: int) -> list[str]:
     """Return at most ``limit`` paths of ``usage``: those with the most CPU time since
-    ``baseline`` (all of it for a path not in the baseline), ties by path, in path order."""
-    def used(p: str) -> int:
-        d = usage[p] - baseline.get(p, 0)
-        return d if d >= 0 else usage[p]  # below the baseline: a new group of that name
-
-    ranked = sorted(usage, key=lambda p: (-used(p), p))
-    return sorted(ranked[:limit])
+    ``baseline`` (all of it for a path not in the baseline, or below it: a new group of
+    that name), ties by path, in path order."""
+    used = growth(usage, baseline)
+    return sorted(rank(used.keys(), used.values(), limit))
 
 
 def walk(root: Path) -> list[str]:
@@ -179,7 +177,7 @@ class Cgroups(FamilySampler):
         self._include = self.strings_option("include")
         self._exclude = self.strings_option("exclude")
         self.root = self._find_root(self.str_option("root"))
-        self._groups: dict[str, _Group] = {}
+        self._groups: Kept[str, _Group] = Kept()
         self._baseline: dict[str, int] = {}
         self._next_scan = 0
         self._clock = time.monotonic_ns
@@ -245,33 +243,27 @@ class Cgroups(FamilySampler):
         keep = select_top(usage, self._baseline, self._max)
         self._baseline = usage
         self.matched, self.over_limit = len(usage), len(usage) - len(keep)
-        groups: dict[str, _Group] = {}
-        self.failed = 0
-        for path in keep:
-            label = truncate_label(path)
-            if label in groups:  # two long paths that agree in their first 255 bytes
-                self.failed += 1
-                continue
-            g = self._groups.pop(label, None)
-            try:
-                if g is None:
-                    d = self._dir(path)
-                    g = _Group(label, d, KeptOpen(d / "cpu.stat"))
-                g.open_optional()
-            except FileNotFoundError:  # removed meanwhile
-                if g is not None:
-                    g.close()
-                continue
-            except (OSError, RezolusError):  # e.g. out of fds (EMFILE)
-                if g is not None:
-                    g.close()
-                self.failed += 1
-                continue
-            groups[label] = g
-        for g in self._groups.values():
-            g.close()
-        self._groups = groups
+        labels = [truncate_label(p) for p in keep]
+        # Two long paths that agree in their first 255 bytes: the first is kept, the
+        # second counted as failed (a repeated key).
+        paths: dict[str, str] = {}
+        for label, path in zip(labels, keep, strict=True):
+            paths.setdefault(label, path)
+        self.failed = self._groups.keep(
+            labels, lambda label: self._open_group(label, paths[label]), _Group.open_optional)
         self._set_detail()
+
+    def _open_group(self, label: str, path: str) -> _Group:
+        """Return the group at ``path`` with its files open (FileNotFoundError: removed
+        meanwhile)."""
+        d = self._dir(path)
+        g = _Group(label, d, KeptOpen(d / "cpu.stat"))
+        try:
+            g.open_optional()
+        except BaseException:
+            g.close()
+            raise
+        return g
 
     def _dir(self, path: str) -> Path:
         return self.root if path == "/" else self.root / path[1:]
@@ -298,7 +290,6 @@ class Cgroups(FamilySampler):
         if self._clock() >= self._next_scan:
             self.rescan()
         out = []
-        gone = []
         for label, g in self._groups.items():
             try:
                 mem = g.memory.read() if g.memory is not None else None
@@ -306,9 +297,7 @@ class Cgroups(FamilySampler):
             except OSError as e:
                 if e.errno not in _GONE:
                     raise
-                gone.append(label)
-        for label in gone:
-            self._groups.pop(label).close()
+                self._groups.drop(label)
         return out
 
     def parse(self, raw: list[tuple[str, bytes, bytes | None, bytes | None]] | None,
@@ -322,6 +311,6 @@ class Cgroups(FamilySampler):
             for label, cpu, mem, io in raw}}
 
     def close(self) -> None:
-        for g in getattr(self, "_groups", {}).values():
-            g.close()
-        self._groups = {}
+        groups = getattr(self, "_groups", None)
+        if groups is not None:
+            groups.close()
