@@ -424,6 +424,9 @@ EXERCISED: dict[str, Ran | NotRun] = {
     "{quantile=\"1\"})": NotRun(NO_QUERY),
     "promql: rate(rezolus_blockio_device_busy_seconds_total[1m])": NotRun(NO_QUERY),
     "promql: rezolus_scheduler_runqueue_latency_seconds{quantile=\"0.99\"}": NotRun(NO_QUERY),
+    "promql: topk by (instance) (5, rate(rezolus_process_cpu_user_seconds_total[1m])":
+        NotRun(NO_QUERY),
+    "promql: rezolus_processes_load_1m": NotRun(NO_QUERY),
     "promql: rezolus_agent_status_errors{state=~\"failed|unavailable\"}": NotRun(NO_QUERY),
     "promql: rate(rezolus_agent_cpu_user_seconds_total[5m]) + rate(rezolus_agent_cpu_system"
     "_seconds_total[5m])": NotRun(NO_QUERY),

@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_recorder import workload
+from test_recorder import COMMS, LONG_CGROUP, workload
 
 import rezolus_ue
 from rezolus_ue.consume import recblocks, recfile
@@ -29,6 +29,7 @@ from rezolus_ue.consume.top import Paced
 from rezolus_ue.errors import ConfigError, RezolusError
 from rezolus_ue.metrics import h2
 from rezolus_ue.metrics.family import histogram_records
+from rezolus_ue.samplers.processes import PROCESS, PROCESSES
 from rezolus_ue.schema import by_name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,6 +118,29 @@ def test_tail_json_is_to_json_with_the_wall_offset(tmp_path: Path) -> None:
         got += src.poll(1000)
     src.close()
     assert got == recs
+
+
+def test_processes_through_subscribe_and_tail(tmp_path: Path) -> None:
+    """Both events of the processes sampler come back from a recording through
+    ``subscribe`` and ``tail``: a comm not ASCII, one cut inside a character, a long
+    cgroup path."""
+    recs = workload(2)
+    want = [r for r in recs if r.event in (PROCESS.event, PROCESSES.event)]
+    assert {r.event for r in want} == {PROCESS.event, PROCESSES.event}
+    rec = tmp_path / "w.rzr"
+    recfile.write_native(recs, rec)
+    assert list(rezolus_ue.subscribe("rezolus_process*", source=rec)) == want
+    p = subprocess.run(cli("tail", "--from", str(rec), PROCESS.event, PROCESSES.event),
+                       cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert len(lines) == len(want)
+    first = next(line for line in lines if f" {PROCESS.event}: " in line)
+    assert f"pid=1000 comm={COMMS[0]} user=root cgroup={LONG_CGROUP} state=R " in first
+    assert sum("comm=ab日本語プ\ufffd " in line for line in lines) == 2
+    assert sum(f" {PROCESSES.event}: " in line and " published=3 " in line
+               for line in lines) == 2
 
 
 def test_no_event_field_takes_a_json_metadata_key() -> None:
@@ -222,6 +246,10 @@ def test_exporter_serves_a_recording(tmp_path: Path) -> None:
         time.sleep(3.5)
         body = urllib.request.urlopen(f"http://{m.group(1)}/metrics", timeout=30).read().decode()
         assert 'rezolus_cpu_usage_user_seconds_total{cpu="3"}' in body
+        # The busiest processes of the last interval, by pid, comm and start time.
+        assert f'rezolus_process_threads{{pid="1000",comm="{COMMS[0]}",start_ns="{S}"}} 4' \
+            in body
+        assert "\nrezolus_processes_published 3\n" in body
     finally:
         p.send_signal(signal.SIGTERM)
         _out, err = p.communicate(timeout=60)

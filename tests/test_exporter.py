@@ -32,6 +32,8 @@ from rezolus_ue.consume.records import Record
 from rezolus_ue.errors import ConfigError, RezolusError
 from rezolus_ue.metrics import catalog, h2
 from rezolus_ue.metrics.family import Family, Kind, Oversampler, histogram_records
+from rezolus_ue.samplers.processes import OPTIONS as PROCESS_OPTIONS
+from rezolus_ue.samplers.processes import PROCESS, PROCESSES
 from rezolus_ue.schema import by_name, cheap
 
 S = 1_000_000_000
@@ -90,6 +92,7 @@ LABEL_VALUES: dict[str, tuple[object, ...]] = {
     "cgroup": ("/system.slice/ssh.service", '/user.slice/we"ird\\name'),
     "op": ("read", "write"), "kind": ("net_rx", "timer"), "reason": ("NO_SOCKET", "OTHER"),
     "state": ("active", "failed"), "last_error": ("", 'KeyError: "cpu"'),
+    "pid": (1, 2), "comm": ("systemd", "kworker/0:1"), "user": ("root", "www-data"),
 }
 
 
@@ -662,6 +665,141 @@ def test_copy_is_a_snapshot() -> None:
     assert "rezolus_cpu_usage_busy_ratio" not in fams
 
 
+# --- the busiest processes: a selection ------------------------------------------------------
+
+
+def process(t_ns: int, pid: int, comm: str = "worker", start_s: int = 1, cpu_s: int = 1,
+            state: str = "S") -> Record:
+    """Return a rezolus_process record: process ``pid`` started ``start_s`` after boot,
+    ``cpu_s`` seconds of user CPU; the other values from their names' position."""
+    values = {"start_ns": start_s * S, "cpu_user_ns": cpu_s * S}
+    return record(PROCESS.event, t_ns, pid, comm, "wörker", "/system.slice/a.service", state,
+                  *(values.get(m.name, j) for j, m in enumerate(PROCESS.scalars)))
+
+
+def summary(t_ns: int, published: int = 0) -> Record:
+    """Return the rezolus_processes record that ends an interval."""
+    return record(PROCESSES.event, t_ns, *(published if m.name == "published" else j + 1
+                                           for j, m in enumerate(PROCESSES.scalars)))
+
+
+def interval(t_ns: int, procs: Sequence[tuple[int, str, int]], summary_first: bool = False,
+             cpu_s: int = 1) -> list[Record]:
+    """Return one publish of the processes sampler: the (pid, comm, start_s) processes,
+    then the summary (or the summary first: the order is the sampler's to choose)."""
+    recs = [process(t_ns + i * 1000, pid, comm, start, cpu_s)
+            for i, (pid, comm, start) in enumerate(procs)]
+    end = summary(t_ns + (-1000 if summary_first else len(procs) * 1000), len(procs))
+    return [end, *recs] if summary_first else [*recs, end]
+
+
+def processes_exposed(st: ex.State) -> dict[tuple[str, str, str], float]:
+    """Return the processes exposed: (pid, comm, start_ns) -> user CPU seconds."""
+    fams = parse(ex.exposition(st))
+    fam = fams.get("rezolus_process_cpu_user_seconds_total")
+    return {(lb["pid"], lb["comm"], lb["start_ns"]): v for _n, lb, v in fam.samples} \
+        if fam else {}
+
+
+def test_process_series_are_labelled_by_pid_comm_and_start_only() -> None:
+    st = ex.State()
+    st.ingest([process(S, 7, "café-wörker", start_s=3, cpu_s=2, state="R")])
+    fams = parse(ex.exposition(st))
+    for pm in prom.family_metrics(PROCESS):
+        assert pm.labels == ("pid", "comm", "start_ns")
+        assert [lb for _n, lb, _v in fams[pm.name].samples] == [
+            {"pid": "7", "comm": "café-wörker", "start_ns": str(3 * S)}]
+    assert one(fams, "rezolus_process_cpu_user_seconds_total", pid="7", comm="café-wörker",
+               start_ns=str(3 * S)) == 2.0
+    # The selection names fields of its family and an event published beside it.
+    for event, sel in prom.SELECTIONS.items():
+        family = next(f for f in (PROCESS, PROCESSES) if f.event == event)
+        assert set(sel.labels) <= set(family.schema.field_names)
+        assert sel.closed_by in {f.event for f in (PROCESS, PROCESSES)} - {event}
+
+
+def test_a_state_change_keeps_the_series() -> None:
+    st = ex.State()
+    st.ingest([process(S, 7, state="R"), summary(S + 1)])
+    st.ingest([process(2 * S, 7, state="D", cpu_s=5), summary(2 * S + 1)])
+    assert processes_exposed(st) == {("7", "worker", str(S)): 5.0}
+
+
+@pytest.mark.parametrize("summary_first", [False, True], ids=["summary_last", "summary_first"])
+def test_a_process_that_leaves_the_top_n_goes_with_its_interval(summary_first: bool) -> None:
+    """Series exist for the processes of the latest interval only: one that left the
+    top N is gone once the interval without it has been read, whichever order the
+    summary comes in."""
+    st = ex.State(stale=3)
+    st.ingest(interval(1 * S, [(1, "a", 1), (2, "b", 1)], summary_first))
+    assert set(processes_exposed(st)) == {("1", "a", str(S)), ("2", "b", str(S))}
+    st.ingest(interval(2 * S, [(1, "a", 1), (3, "c", 1)], summary_first))
+    assert set(processes_exposed(st)) == {("1", "a", str(S)), ("3", "c", str(S))}
+    # Many intervals of processes that each stay one interval: never more than one's.
+    for i in range(3, 40):
+        st.ingest(interval(i * S, [(10 * i + j, "x", 1) for j in range(4)], summary_first))
+        assert {int(pid) for pid, _c, _s in processes_exposed(st)} == {
+            10 * i + j for j in range(4)}
+    assert len(st.rows(PROCESS.event)) == 4
+
+
+def test_a_reused_pid_is_a_new_series() -> None:
+    """pid 100 exits at 5 s of CPU; a new process gets pid 100 and the same comm: its
+    counters start a series of their own (start_ns tells them apart), never a
+    continuation of the old one's."""
+    st = ex.State()
+    st.ingest([process(1 * S, 100, "sh", start_s=1, cpu_s=5), summary(1 * S + 1)])
+    st.ingest([process(2 * S, 100, "sh", start_s=1, cpu_s=5), summary(2 * S + 1)])
+    st.ingest([process(3 * S, 100, "sh", start_s=3, cpu_s=9), summary(3 * S + 1)])
+    assert processes_exposed(st) == {("100", "sh", str(3 * S)): 9.0}
+
+
+def test_without_the_summary_a_process_goes_after_stale_publishes() -> None:
+    """With no summary to end intervals (a recording of rezolus_process alone), a process
+    that left goes like any label set: after --stale publishes."""
+    st = ex.State(stale=1, families=(PROCESS,))
+    st.ingest([process(1 * S, 1), process(1 * S + 1, 2)])
+    st.ingest([process(2 * S, 1)])
+    assert {pid for pid, _c, _s in processes_exposed(st)} == {"1", "2"}
+    st.ingest([process(3 * S, 1)])
+    assert {pid for pid, _c, _s in processes_exposed(st)} == {"1"}
+
+
+def test_process_series_are_bounded_as_docs_say() -> None:
+    """docs/prometheus.md's bound, from the declared defaults: a full top N of processes,
+    all new every interval, makes (top_cpu + top_rss + top_io) x metrics series."""
+    top = {o.key: o.default for o in PROCESS_OPTIONS}
+    n = top["top_cpu"] + top["top_rss"] + top["top_io"]
+    metrics = len(prom.family_metrics(PROCESS))
+    st = ex.State(families=(PROCESS, PROCESSES))
+    for i in range(1, 6):
+        st.ingest(interval(i * S, [(1000 * i + j, "x", i) for j in range(n)]))
+    samples = [line for line in ex.exposition(st).splitlines()
+               if line.startswith("rezolus_process_")]
+    assert len(samples) == n * metrics
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "prometheus.md").read_text()
+    doc = " ".join(doc.split())
+    said = (f"with the defaults, {n} ({top['top_cpu']} + {top['top_rss']} + {top['top_io']})"
+            f" processes x {metrics} metrics: {n * metrics} series")
+    assert said in doc, said
+
+
+def test_processes_summary_names() -> None:
+    by = {pm.name: pm for pm in prom.family_metrics(PROCESSES)}
+    assert by["rezolus_processes"].type == "gauge"  # not rezolus_processes_processes
+    assert by["rezolus_processes_forks_total"].type == "counter"
+    assert by["rezolus_processes_exited_cpu_seconds_total"].divisor == 10**9
+    assert by["rezolus_processes_load_1m"].divisor == 1000
+    for pm in by.values():
+        assert (pm.type == "counter") == pm.name.endswith("_total") and pm.labels == ()
+    st = ex.State()
+    st.ingest([record(PROCESSES.event, S, *(
+        {"load_1m_milli": 1250, "published": 30}.get(m.name, 1) for m in PROCESSES.scalars))])
+    fams = parse(ex.exposition(st))
+    assert one(fams, "rezolus_processes_load_1m") == 1.25
+    assert one(fams, "rezolus_processes_published") == 30
+
+
 # --- the exporter: lock, follow loop, HTTP --------------------------------------------------
 
 
@@ -729,7 +867,7 @@ def test_a_starved_exporter_keeps_its_series_until_it_has_caught_up() -> None:
 @pytest.fixture
 def server() -> object:
     exp = ex.Exporter(native_buckets=True)
-    srv = ex.serve_http("127.0.0.1", 0, exp.body)
+    srv = ex.serve_http("127.0.0.1", 0, exp.body, exp.index)
     t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     t.start()
     yield exp, srv
@@ -775,6 +913,17 @@ def test_index_page_names_what_it_follows(groups: list[str], recording: str | No
     page = ex.index_page(groups, recording).decode()
     assert all(s in page for s in says), page
     assert 'href="/metrics"' in page
+
+
+def test_index_page_lists_the_events_with_series(server: tuple[ex.Exporter, object]) -> None:
+    exp, srv = server
+    assert b"Events with series" not in get(srv, "/")[2]
+    exp.ingest([*cpu_records(S, [0, 1]), *interval(S, [(1, "a", 1), (2, "b", 1)])])
+    page = get(srv, "/")[2].decode()
+    assert "<li><code>rezolus_cpu_usage</code>: 2 label sets</li>" in page, page
+    assert ("<li><code>rezolus_process</code>: 2 label sets (those of its latest interval"
+            " only)</li>") in page, page
+    assert "<li><code>rezolus_processes</code>: 1 label set</li>" in page, page
 
 
 def test_http_gzip(server: tuple[ex.Exporter, object]) -> None:

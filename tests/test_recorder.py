@@ -32,6 +32,7 @@ from rezolus_ue.consume.recfile import read_records
 from rezolus_ue.consume.records import Record, record_from_json
 from rezolus_ue.errors import RezolusError
 from rezolus_ue.metrics import h2
+from rezolus_ue.samplers.processes import PROCESS, PROCESSES
 from rezolus_ue.schema import by_name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +74,32 @@ def workload(seconds: int = 3, cpus: int = 4, t0: int = 7_000_000_000_000) -> li
                                       (1, sec, 0), counts):
             out.append(rec("rezolus_agent_sampler", t + 400, 2, *vals))
         out.append(rec("rezolus_agent", t + 500, 3, 4242, sec * 10**9, *range(11)))
+        out += processes_interval(t + 600, sec)
     out.sort(key=lambda r: r.time_ns)  # as a Subscription delivers them
+    return out
+
+
+#: Process names as the kernel keeps them (15 bytes, cut with no regard for UTF-8): one
+#: not ASCII, one cut inside a character (decoded with U+FFFD), one ASCII.
+COMMS: tuple[str | bytes, ...] = ("café-wörker", "ab日本語プロ".encode()[:15], "kworker/0:1H-kb")
+#: A container's cgroup: a long path, within what the event carries (255 bytes).
+LONG_CGROUP = ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0f3c2a9e_5b1d_"
+               "4c7e_9a2f_3d8e6b1c4a7f.slice/cri-containerd-" + "9f3a" * 16 + ".scope")
+
+
+def processes_interval(t: int, sec: int) -> list[Record]:
+    """Return one interval of the processes sampler: the busiest processes, then the
+    summary (fields by name from the declarations, so a new one needs no edit here)."""
+    out = []
+    for i, comm in enumerate(COMMS):
+        values = {"start_ns": (i + 1) * 10**9, "cpu_user_ns": (sec + 1) * 10**9 * (i + 1),
+                  "rss_bytes": 2**40 + i, "io_read_bytes": 2**64 - 1, "threads": 4 + i}
+        out.append(rec(PROCESS.event, t + i, i, 1000 + i, comm, "wörker" if i else "root",
+                       LONG_CGROUP if i == 0 else "/", "RSD"[i],
+                       *(values.get(m.name, sec) for m in PROCESS.scalars)))
+    summary = {"processes": 300, "published": len(COMMS), "load_1m_milli": 1250}
+    out.append(rec(PROCESSES.event, t + 10, 0,
+                   *(summary.get(m.name, sec) for m in PROCESSES.scalars)))
     return out
 
 
@@ -131,6 +157,12 @@ def test_tables_keep_types(tmp_path: Path) -> None:
     assert t["rezolus_cgroup"]["cgroup"][0].startswith("/system.slice/ünï")
     assert isinstance(t["rezolus_agent_sampler"]["buckets"][0], bytes)
     assert t["rezolus_agent"]["pid"][0] == 4242  # the field, beside common_pid
+    procs = t[PROCESS.event]
+    assert procs["comm"][:3] == ["café-wörker", "ab日本語プ\ufffd", "kworker/0:1H-kb"]
+    assert procs["cgroup"][0] == LONG_CGROUP and procs["user"][1] == "wörker"
+    assert procs["pid"].dtype == np.dtype("<u4") and procs["rss_bytes"].dtype == np.dtype("<u8")
+    assert int(procs["io_read_bytes"][0]) == 2**64 - 1
+    assert t[PROCESSES.event]["published"].tolist() == [len(COMMS)] * 3
 
 
 def test_to_pandas_keeps_u64(tmp_path: Path) -> None:
@@ -262,6 +294,11 @@ def test_parquet_round_trip(tmp_path: Path) -> None:
     assert t.schema.field("max").type == pa.uint64() and t.column("max").null_count == 0
     assert t.column("max")[0].as_py() == 2**64 - 1
     assert t.column_names[:5] == ["event", "time_ns", "common_cpu", "common_pid", "cpu"]
+    t = pq.read_table(out / f"{PROCESS.event}.parquet")
+    assert t.schema.field("comm").type == pa.string()
+    assert t.column("comm").to_pylist()[:2] == ["café-wörker", "ab日本語プ\ufffd"]
+    assert t.column("cgroup")[0].as_py() == LONG_CGROUP
+    assert t.schema.field("io_read_bytes").type == pa.uint64()
     assert recfile.read_meta(out)["format"] == "rezolus-ue recording"
 
 

@@ -22,12 +22,12 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ..config import path_arg
 from ..errors import ConfigError, RezolusError
-from .prometheus import DEFAULT_STALE, State, exposition
+from .prometheus import DEFAULT_STALE, SELECTIONS, State, exposition
 from .records import Record
 from .source import COSTLY_HELP, RECORDING_HELP, Source
 
@@ -40,9 +40,11 @@ POLL_MS = 250
 
 # --- I/O: the HTTP endpoint and the subscription loop ---------------------------------------
 
-def index_page(groups: Sequence[str], recording: str | None = None) -> bytes:
+def index_page(groups: Sequence[str], recording: str | None = None,
+               series: Mapping[str, int] | None = None) -> bytes:
     """Return the ``/`` page: where the metrics come from (the tracepoint groups followed,
-    or the recording), so a reader knows what to ask perf or ftrace for."""
+    or the recording), so a reader knows what to ask perf or ftrace for, and the events
+    that have ``series`` now (event -> label sets held)."""
     from ..schema import GROUPS
 
     transport = {g: t for t, g in GROUPS.items()}
@@ -55,12 +57,24 @@ def index_page(groups: Sequence[str], recording: str | None = None) -> bytes:
         origin = ("the <code>user_events:rezolus_*</code> tracepoints, or"
                   " <code>rezolus_ue:rezolus_*</code> on kernels without user_events"
                   " (none followed yet: is the agent running?)")
+    events = ""
+    if series:
+        items = "".join(
+            f"<li><code>{html.escape(e)}</code>: {n} label set{'s' * (n != 1)}"
+            f"{_SELECTION_NOTE if e in SELECTIONS else ''}</li>\n"
+            for e, n in sorted(series.items()))
+        events = f"<p>Events with series now:</p>\n<ul>\n{items}</ul>\n"
     return (f"""<!doctype html>
 <html><head><title>rezolus-ue exporter</title></head>
 <body><h1>rezolus-ue exporter</h1>
 <p>Linux telemetry from {origin}, in Prometheus text format:
-<a href="/metrics">/metrics</a>.</p></body></html>
+<a href="/metrics">/metrics</a>.</p>
+{events}</body></html>
 """).encode()
+
+
+#: Said of a selection event on the ``/`` page (``prometheus.SELECTIONS``).
+_SELECTION_NOTE = " (those of its latest interval only)"
 
 
 class Exporter:
@@ -109,7 +123,9 @@ class Exporter:
 
         src = self._source
         groups = src.groups if isinstance(src, Subscription) else ()
-        return index_page(groups, self._recording)
+        with self._lock:
+            series = self.state.series_by_event()
+        return index_page(groups, self._recording, series)
 
     def ingest(self, records: Sequence[Record], lost: int | None = None) -> None:
         """Take one poll's records in (and the subscription's lost-record count)."""
@@ -316,8 +332,8 @@ which it follows). Serve the latest values in Prometheus text format on GET /met
 Names are rezolus_<event>_<metric>: counters end in _total, ns and us become seconds, ppm
 a ratio; *_dist quantiles become <gauge>_dist and <counter>_per_second gauges with a
 quantile label; histograms become summaries. A label set not seen for --stale publish
-intervals is dropped. docs/prometheus.md lists every name, with scrape configs and
-PromQL examples."""
+intervals is dropped; a process, as soon as an interval leaves it out of its top N.
+docs/prometheus.md lists every name, with scrape configs and PromQL examples."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

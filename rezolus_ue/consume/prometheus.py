@@ -17,7 +17,7 @@ docs/prometheus.md embeds it):
 * counter -> ``<name>_total``, TYPE counter (e.g.
   ``rezolus_cpu_usage_user_seconds_total{cpu="0"}``); gauge -> ``<name>``, TYPE gauge.
 * Labels are the family's labels under their own names (cpu, device, interface, resource,
-  sampler, cgroup).
+  sampler, cgroup); a selection's (``SELECTIONS``: the busiest processes) are fewer.
 * ``<event>_dist`` records (oversampled metrics) -> TYPE gauge with a ``quantile`` label
   (0.5, 0.9, 0.99, 1 = max over the publish interval's samples): for a gauge
   ``<name>_dist`` (levels, e.g. ``rezolus_cpu_usage_busy_ratio_dist{cpu="0",quantile="0.99"}``),
@@ -37,7 +37,8 @@ docs/prometheus.md embeds it):
 Staleness: a label set not seen for ``stale`` publish intervals of its event is dropped;
 an event with no record for ``stale`` intervals (the agent stopped, a sampler died) drops
 all its label sets. Publish intervals are counted from the records: a key seen again
-starts the event's next publish.
+starts the event's next publish. A selection's label set goes with the first interval
+that does not name it (its ``closed_by`` event ends each interval).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ import numpy as np
 
 from ..metrics import catalog, h2
 from ..metrics.family import DIST, HIST_QUANTILES, Family, Kind, Metric
+from ..samplers.processes import PROCESS, PROCESSES
 from .records import Record
 
 DEFAULT_STALE = 3
@@ -75,6 +77,32 @@ UNIT_RULES: dict[str, tuple[str, str, int]] = {
 RENAMES: dict[tuple[str, str], str] = {("rezolus_agent", "sampler_errors"): "refresh_errors"}
 _BASE_UNIT = {"_seconds": "seconds", "_ratio": "ratio (1 = 100%)", "": "a plain number",
               "_hertz": "hertz"}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A family whose records each interval name a selection (the busiest processes), not
+    every label set there is: its series are labelled by ``labels`` only, and go as soon
+    as a record of ``closed_by`` (published once per interval beside it) ends an interval
+    they are not in."""
+
+    labels: tuple[str, ...]  # fields that label a series: its identity, few values each
+    closed_by: str  # the event whose records end each interval
+
+
+#: The selection families, by event. ``rezolus_process`` is labelled by pid, comm and
+#: start_ns: pid and start_ns are a process's identity, so a reused pid is a new series
+#: and never continues the counters of the process that had it. user and cgroup are left
+#: out, and state (which changes from one interval to the next) would split every series.
+SELECTIONS: dict[str, Selection] = {
+    PROCESS.event: Selection(("pid", "comm", "start_ns"), PROCESSES.event),
+}
+
+
+def series_labels(family: Family) -> tuple[str, ...]:
+    """Return the fields that label the family's series: its labels, or a selection's."""
+    sel = SELECTIONS.get(family.event)
+    return sel.labels if sel is not None else tuple(lb.name for lb in family.labels)
 
 
 @dataclass(frozen=True)
@@ -118,7 +146,7 @@ def _help(description: str, divisor: int) -> str:
 
 def family_metrics(family: Family) -> list[PromMetric]:
     """Return the Prometheus metrics of one family, in exposition order."""
-    labels = tuple(lb.name for lb in family.labels)
+    labels = series_labels(family)
     out = []
     for m in family.scalars:
         stem, div, unit = base_name(family, m)
@@ -203,6 +231,7 @@ class _Row(NamedTuple):
     interval_count: int = 0  # histogram: values recorded in the latest interval
     total: int = 0  # histogram: values recorded since the exporter started
     buckets: np.ndarray | None = None  # histogram: cumulative bucket counts
+    t_ns: int = 0  # selection: when its record was written
 
 
 def _getter(names: Sequence[str]) -> Callable[[dict], tuple]:
@@ -213,6 +242,12 @@ def _getter(names: Sequence[str]) -> Callable[[dict], tuple]:
         (name,) = names
         return lambda d: (d[name],)
     return operator.itemgetter(*names)
+
+
+def _drop(rows: dict[tuple, _Row], gone: Callable[[_Row], bool]) -> None:
+    """Drop the series of ``rows`` whose row is ``gone``."""
+    for k in [k for k, row in rows.items() if gone(row)]:
+        del rows[k]
 
 
 @dataclass
@@ -228,10 +263,14 @@ class _Event:
     gen_start_ns: int | None = None
     interval_ns: int = 0
     seen_at_ns: int | None = None
+    #: The selection event whose intervals this event's records end (``SELECTIONS``).
+    closes: str | None = None
+    #: A selection's: when the latest record of its ``closed_by`` event was written.
+    closed_ns: int | None = None
 
     def __post_init__(self) -> None:
         f = self.family
-        self.labels_of = _getter([lb.name for lb in f.labels])
+        self.labels_of = _getter(series_labels(f))
         self.values_of = _getter([s for s, _q in DIST] if self.dist
                                  else [m.name for m in f.scalars])
         self.quantiles_of = _getter([s for s, _q in HIST_QUANTILES])
@@ -262,6 +301,9 @@ class State:
             if f.dist_schema is not None:
                 self._events[f.dist_schema.name] = _Event(
                     f, True, {m.name: j for j, m in enumerate(f.scalars) if m.dist})
+        for event, sel in SELECTIONS.items():
+            if event in self._events and sel.closed_by in self._events:
+                self._events[sel.closed_by].closes = event
         self._rows: dict[str, dict[tuple, _Row]] = {e: {} for e in self._events}
         self._interval_ns = 0  # the latest interval measured on any event
 
@@ -296,7 +338,9 @@ class State:
             return
         if not ev.hist:
             self._publish(ev, r.event, labels, r.time_ns, now_ns)
-            rows[labels] = _Row(ev.gen, values)
+            rows[labels] = _Row(ev.gen, values, t_ns=r.time_ns)
+            if ev.closes is not None:
+                self._close(ev.closes, r.time_ns)
             return
         self._publish(ev, r.event, (labels, fields.get("part", 0)), r.time_ns, now_ns)
         data = fields["buckets"]
@@ -326,10 +370,21 @@ class State:
                 ev.interval_ns = self._interval_ns = t_ns - ev.gen_start_ns
             ev.gen_start_ns = t_ns
             ev.seen = set()
-            rows = self._rows[event]
-            for k in [k for k, row in rows.items() if ev.gen - row.gen > self.stale]:
-                del rows[k]
+            gen, stale = ev.gen, self.stale
+            _drop(self._rows[event], lambda row: gen - row.gen > stale)
         ev.seen.add(key)
+
+    def _close(self, event: str, t_ns: int) -> None:
+        """End an interval of selection ``event`` at ``t_ns``: drop its series not seen
+        since halfway from the previous end. Its records come in the same burst as the
+        closing record (before or after it, as the sampler writes them) and bursts an
+        interval apart, so halfway tells the burst just ended from the one before."""
+        ev = self._events[event]
+        before, ev.closed_ns = ev.closed_ns, t_ns
+        if before is None or t_ns <= before:
+            return
+        cut = (before + t_ns) // 2
+        _drop(self._rows[event], lambda row: row.t_ns < cut)
 
     def prune(self, now_ns: int) -> int:
         """Drop every series of events with no record for ``stale`` publish intervals;
@@ -352,6 +407,10 @@ class State:
     def series(self) -> int:
         """Return how many label sets are held."""
         return sum(len(r) for r in self._rows.values())
+
+    def series_by_event(self) -> dict[str, int]:
+        """Return how many label sets each event has now, for the events with any."""
+        return {e: len(r) for e, r in self._rows.items() if r}
 
     def copy(self) -> State:
         """Return a snapshot: dicts copied, rows shared (they are never mutated)."""
@@ -439,7 +498,7 @@ def exposition(state: State, *, native_buckets: bool = False) -> str:
 
 def _family(out: list[str], state: State, f: Family, native_buckets: bool) -> None:
     main = sorted(state.rows(f.event).items())
-    lab = _Labels(tuple(lb.name for lb in f.labels))
+    lab = _Labels(series_labels(f))
     dist: dict[str, list[tuple[tuple, _Row]]] = {}
     if f.dist_schema is not None:
         for (labels, metric), row in sorted(state.rows(f.dist_schema.name).items()):
