@@ -199,7 +199,7 @@ def test_promql_names_exist() -> None:
 
 def test_man_page_says_what_top_subscribes_to_and_attaches() -> None:
     """rezolus-ue(8) lists top's events and the BPF samplers they make the agent attach."""
-    from rezolus_ue.consume.top_model import TOP_EVENTS
+    from rezolus_ue.consume.top.registry import TOP_EVENTS
     from rezolus_ue.samplers import REGISTRY
     from rezolus_ue.samplers.bpf_sampler import BpfSampler
 

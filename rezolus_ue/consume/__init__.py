@@ -9,6 +9,6 @@ One record source, many consumers (``rezolus_ue.api`` is the public face):
   ``recparquet`` (Parquet) < ``recfile`` (whole recordings, output files);
   ``segments`` (the flight recorder's ring directory).
 * commands: ``tail``; ``record`` in ``recorder``; ``dump``; ``exporter`` (HTTP) over
-  ``prometheus`` (names, state, exposition); ``top`` (terminal loop) over ``top_model``,
-  ``top_rows``, ``top_render``, ``top_panels``, ``top_widgets`` and ``top_keys``.
+  ``prometheus`` (names, state, exposition); ``top``, a package: a module per panel over
+  ``frame`` (the model), ``layout``, ``widgets`` and ``keys`` (its ``__init__`` has the map).
 """

@@ -1,33 +1,45 @@
-"""``rezolus-ue top``: the UI state (sort, filter, interval, pause, panels) and the
-keys that change it. Pure: ``handle_key(ui, key)`` returns the next state."""
+"""``rezolus-ue top``: the UI state (sort, filter, interval, pause, screens) and the keys
+that change it. Pure: ``handle_key(ui, key)`` returns the next state. ``KEYS`` describes
+every key once: the help screen and the key line are drawn from it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-# --- UI state and keys (pure) ------------------------------------------------------------
+from .widgets import fmt_interval
 
 #: Display intervals that ``+`` and ``-`` step through (seconds).
 INTERVALS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
-#: Sort modes that ``s`` cycles through: one column per table in each mode.
-SORTS: tuple[dict[str, str], ...] = (
-    {"cgroup": "cpu", "disk": "util", "net": "bytes"},
-    {"cgroup": "mem", "disk": "bytes", "net": "packets"},
-    {"cgroup": "io", "disk": "ops", "net": "errors"},
-    {"cgroup": "name", "disk": "name", "net": "name"},
+
+@dataclass(frozen=True)
+class SortMode:
+    """One sort mode: every table sorts by its own column for it (``Panel.sorts``)."""
+
+    name: str
+    key: str  # the key choosing it directly, as top's P and M ("": only s and S)
+    what: str
+
+
+#: Sort modes in the order ``s`` cycles through them.
+SORT_MODES = (
+    SortMode("cpu", "P", "CPU"),
+    SortMode("mem", "M", "memory"),
+    SortMode("io", "I", "IO"),
+    SortMode("name", "", "name"),
 )
+_DIRECT = {m.key: i for i, m in enumerate(SORT_MODES) if m.key}
 
 ESC, ENTER, BACKSPACE = "\x1b", "\n", "\x7f"
 
 
 @dataclass(frozen=True)
 class UiState:
-    """What the user chose: everything ``render`` needs besides the model."""
+    """What the user chose: everything the screen needs besides the model."""
 
     interval_s: float = 1.0
     paused: bool = False
-    sort: int = 0
+    sort: int = 0  # an index of SORT_MODES
     filter: str = ""
     editing: bool = False  # typing a filter after '/'
     help: bool = False
@@ -38,8 +50,46 @@ class UiState:
     interactive: bool = True
     #: Seconds since the last record (set by the loop; shown when the agent goes quiet).
     silent_s: float = 0.0
-    #: Subscribed to the costly events too (``--costly``, key c): see ``COSTLY_EVENTS``.
+    #: Subscribed to the costly events too (``--costly``, key c).
     costly: bool = False
+
+    @property
+    def mode(self) -> SortMode:
+        """Return the sort mode."""
+        return SORT_MODES[self.sort]
+
+
+@dataclass(frozen=True)
+class Key:
+    """A key as the help screen and the key line show it."""
+
+    keys: str  # as the help screen writes them
+    short: str  # as the key line writes them ("": the help screen only)
+    what: str  # in a word or three, as the key line and ``--help`` say it
+    help: str  # the help screen's text
+    drop: int  # the key line drops the highest first when narrow
+
+
+_DIRECT_KEYS = tuple(m.key for m in SORT_MODES if m.key)
+
+#: Every key, in the help screen's order.
+KEYS = (
+    Key("q", "q", "quit", "quit (closes this help first)", 0),
+    Key("p, space", "p", "pause", "pause the display (data keeps being counted)", 2),
+    Key("s / S", " ".join(("s", *_DIRECT_KEYS)), "sort", "cycle the sort mode: "
+        + ", ".join(m.name for m in SORT_MODES) + " (each table's column for each: below)", 0),
+    Key(" / ".join(_DIRECT_KEYS), "", "sort by " + ", ".join(
+        m.what for m in SORT_MODES if m.key), "sort by " + ", ".join(
+        m.what for m in SORT_MODES if m.key) + " (as top's P and M)", 0),
+    Key("/", "/", "filter", "filter rows by label text (Enter keeps, Esc clears)", 1),
+    Key("+ / -", "+/-", "interval", "slower / faster refresh ("
+        + ", ".join(map(fmt_interval, INTERVALS)) + ")", 3),
+    Key("e", "e", "samplers", "every sampler: state, errors and why (as the agent publishes"
+        " them)", 1),
+    Key("h, ?", "h", "help", "toggle this help", 0),
+    Key("c", "c", "costly", "costly events on/off: the BPF-counted latency histograms, which"
+        " every syscall, switch, IO or packet pays for while on (also --costly)", 1),
+)
 
 
 def step_interval(current: float, up: bool) -> float:
@@ -73,9 +123,11 @@ def handle_key(ui: UiState, key: str) -> UiState:
         case "p" | " ":
             return replace(ui, paused=not ui.paused)
         case "s":
-            return replace(ui, sort=(ui.sort + 1) % len(SORTS))
+            return replace(ui, sort=(ui.sort + 1) % len(SORT_MODES))
         case "S":
-            return replace(ui, sort=(ui.sort - 1) % len(SORTS))
+            return replace(ui, sort=(ui.sort - 1) % len(SORT_MODES))
+        case _ if key in _DIRECT:
+            return replace(ui, sort=_DIRECT[key])
         case "/":
             return replace(ui, editing=True, help=False)
         case "+" | "=":

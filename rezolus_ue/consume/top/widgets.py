@@ -1,5 +1,6 @@
-"""``rezolus-ue top``: number formats and the small rendering pieces (bars, sparklines,
-cut lines, tables whose columns drop to fit) that every panel draws with. Pure."""
+"""``rezolus-ue top``: number formats and the small rendering pieces (bars, sparklines, cut
+lines, tables whose columns drop to fit, the screen's lines) that every panel draws with.
+Pure."""
 
 from __future__ import annotations
 
@@ -14,9 +15,6 @@ from rich.console import COLOR_SYSTEMS, Console, ConsoleOptions
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Span, Text
-
-from .top_keys import UiState
-from .top_rows import CgroupRow, DiskRow, NetRow
 
 # --- formatting ------------------------------------------------------------------------
 
@@ -68,6 +66,11 @@ def fmt_pct(share: float | None) -> str:
     return f"{p:.0f}%" if p >= 99.95 else f"{p:.1f}%"
 
 
+def fmt_share(x: float | None) -> str:
+    """Return a share of one CPU (1.0 = 100%) in at most 6 cells: 0.5%, 42.1%, 800%."""
+    return "-" if x is None else f"{x * 100:.0f}%" if x * 100 >= 99.5 else f"{x * 100:.1f}%"
+
+
 def fmt_uptime(s: float) -> str:
     """Return a duration as 42s, 12m03s, 3h12m or 5d03h."""
     s = int(s)
@@ -96,20 +99,23 @@ def fmt_value(v: int, unit: str) -> str:
     return f"{ns:.0f}ns"
 
 
-def _interval(s: float) -> str:
+def fmt_interval(s: float) -> str:
+    """Return a display interval as 500ms or 2s."""
     return f"{s:g}s" if s >= 1 else f"{s * 1000:g}ms"
 
 
 # --- small rendering helpers -----------------------------------------------------------
 
-_LEVELS = " ▁▂▃▄▅▆▇█"
+#: Eighths of a cell, for heat strips and sparklines.
+LEVELS = " ▁▂▃▄▅▆▇█"
 
 
-def _level_style(share: float) -> str:
+def level_style(share: float) -> str:
+    """Return the colour of a busy share: green, yellow from 60%, red from 90%."""
     return "red" if share >= 0.9 else "yellow" if share >= 0.6 else "green"
 
 
-def _items(parts: Sequence[tuple[int, Text]], width: int, sep: str = "  ") -> Text:
+def items(parts: Sequence[tuple[int, Text]], width: int, sep: str = "  ") -> Text:
     """Return the parts joined in order, dropping the highest ``prio`` first to fit."""
     keep = list(parts)
     while len(keep) > 1:
@@ -122,16 +128,17 @@ def _items(parts: Sequence[tuple[int, Text]], width: int, sep: str = "  ") -> Te
     return out
 
 
-def _kv(label: str, value: str, style: str = "") -> Text:
+def kv(label: str, value: str, style: str = "") -> Text:
+    """Return ``label value``: the label dim, the value bold (or ``style``)."""
     return Text.assemble((label + " ", "dim"), (value, style or "bold"))
 
 
-class _Line:
+class Line:
     """A line built from (text, style) pieces and made into one ``Text`` at the end.
 
     ``Text.append`` sanitises every piece; on a screen of a few thousand pieces that is
     most of the cost of a frame, so the hot paths build spans directly. Pieces must be
-    free of control characters (labels go through ``_clean``).
+    free of control characters (labels go through ``clean``).
     """
 
     __slots__ = ("_n", "_parts", "_spans")
@@ -142,6 +149,7 @@ class _Line:
         self._n = 0
 
     def append(self, s: str, style: str = "") -> None:
+        """Append ``s`` in ``style``."""
         if s:
             if style:
                 self._spans.append(Span(self._n, self._n + len(s), style))
@@ -162,21 +170,23 @@ class _Line:
 
     @property
     def cell_len(self) -> int:
+        """Return the line's width in cells."""
         return self._n  # every piece is single-width: ASCII, box and block characters
 
     def text(self) -> Text:
+        """Return the line as one ``Text``."""
         return Text("".join(self._parts), spans=self._spans)
 
 
-def _clean(s: str) -> str:
+def clean(s: str) -> str:
     """Return a label with control characters replaced (it came from the kernel)."""
     return s if s.isprintable() else "".join(c if c.isprintable() else "?" for c in s)
 
 
-def _bar(out: list[tuple[str, str]], width: int, segments: Sequence[tuple[float, str]],
-         peak: float | None = None, empty: str = " ") -> None:
+def bar(out: list[tuple[str, str]], width: int, segments: Sequence[tuple[float, str]],
+        peak: float | None = None, empty: str = " ") -> None:
     """Add to ``out`` the pieces of a bar of ``width`` cells filled by ``(share, style)``
-    segments in order (for ``_Line.extend``).
+    segments in order (for ``Line.extend``).
 
     ``peak`` (a share) marks the interval's maximum with ``|`` when it lies past the fill.
     """
@@ -197,15 +207,15 @@ def _bar(out: list[tuple[str, str]], width: int, segments: Sequence[tuple[float,
     out.append((empty * (width - done), "dim"))
 
 
-def _spark(counts: np.ndarray, width: int) -> Text:
+def spark(counts: np.ndarray, width: int) -> Text:
     """Return the non-zero range of a bucket array as a bar chart ``width`` cells wide."""
     nz = np.flatnonzero(counts)
     if width <= 0 or not len(nz):
         return Text(" " * max(width, 0))
     seg = counts[nz[0] : nz[-1] + 1].astype(np.float64)
-    cells = np.array([c.sum() for c in np.array_split(seg, min(width, len(seg)))])
-    top = cells.max() or 1.0
-    chars = "".join(_LEVELS[max(1, round(c / top * 8))] if c else " " for c in cells)
+    cells_ = np.array([c.sum() for c in np.array_split(seg, min(width, len(seg)))])
+    top = cells_.max() or 1.0
+    chars = "".join(LEVELS[max(1, round(c / top * 8))] if c else " " for c in cells_)
     return Text(chars.ljust(width), "cyan")
 
 
@@ -225,7 +235,8 @@ def cells(s: str) -> int:
     return len(s) if s.isascii() or _WIDE.search(s) is None else cell_len(s)
 
 
-def _fit(t: Text, width: int) -> Text:
+def fit(t: Text, width: int) -> Text:
+    """Return ``t`` cut to ``width`` cells (with an ellipsis), in place."""
     if cells(t.plain) > width:
         t.truncate(width, overflow="ellipsis")
     return t
@@ -242,32 +253,43 @@ def beside(left: Text, width: int, right: Text | None) -> Text:
     return left
 
 
-def _ltrunc(s: str, width: int) -> str:
+def ltrunc(s: str, width: int) -> str:
     """Return ``s`` cut from the left to ``width`` (a cgroup path's tail says the most)."""
     return s if len(s) <= width else "…" + s[len(s) - width + 1 :]
+
+
+def rtrunc(s: str, width: int) -> str:
+    """Return ``s`` cut from the right to ``width`` (a name's head says the most)."""
+    return s if len(s) <= width else s[: max(width - 1, 0)] + "…"
 
 
 # --- tables ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class _Col:
+class Col:
+    """One column of a ``table``: its header, width and cell."""
+
     header: str
-    width: int  # minimum width for the flexible (first) column
+    width: int  # the minimum width of the flexing column
     cell: Callable[[Any], str]
     drop: int = 0  # 0: never dropped; when narrow, the highest number goes first (together)
     style: Callable[[Any], str] | None = None
-    key: str = ""  # the sort mode this column shows (marked with a triangle)
-    #: For the first column: the cell cut to a width (default: cut from the left).
+    key: str = ""  # the sort column this is (marked with a triangle when sorted by)
+    #: A label: left-aligned and cut to its width by ``fit`` (default: from the left).
+    #: The first column always is one.
+    label: bool = False
+    #: The column that takes the width the others leave (default: the first).
+    flex: bool = False
     fit: Callable[[Any, int], str] | None = None
 
 
-def _table(title: str, cols: Sequence[_Col], rows: Sequence[object], width: int,
-           lines: int, sort_col: str) -> list[Text]:
-    """Return a header line and up to ``lines - 1`` rows; the first column flexes.
+def table(title: str, cols: Sequence[Col], rows: Sequence[object], width: int,
+          lines: int, sort_col: str, total: int | None = None) -> list[Text]:
+    """Return a header line and up to ``lines - 1`` rows; one column flexes.
 
-    The first header names the table (and how many rows did not fit); the sorted column's
-    header carries a triangle.
+    The first header names the table and how many of ``total`` rows (default: all of
+    ``rows``) are not shown; the sorted column's header carries a triangle.
     """
     cols = list(cols)
     while sum(c.width + 1 for c in cols) - 1 > width:
@@ -275,115 +297,65 @@ def _table(title: str, cols: Sequence[_Col], rows: Sequence[object], width: int,
         if not worst:
             break
         cols = [c for c in cols if c.drop != worst]
-    flex = max(cols[0].width, width - sum(c.width + 1 for c in cols[1:]))
+    fi = next((i for i, c in enumerate(cols) if c.flex), 0)
+    widths = [c.width for c in cols]
+    widths[fi] = max(widths[fi], width - sum(w + 1 for w in widths) + 1 + widths[fi])
     shown = rows[: max(lines - 1, 0)]
-    more = len(rows) - len(shown)
-    head = _Line()
+    more = (len(rows) if total is None else max(total, len(shown))) - len(shown)
+    head = Line()
     label = title + ("▼" if sort_col == "name" else "") + (f" +{more}" if more else "")
-    head.append(label[:flex].ljust(flex), "bold")
-    for c in cols[1:]:
+    head.append(label[: widths[0]].ljust(widths[0]), "bold")
+    for c, w in zip(cols[1:], widths[1:], strict=True):
         sorted_here = bool(c.key) and c.key == sort_col
+        name = c.header + ("▼" if sorted_here else "")
         head.append(" ")
-        head.append((c.header + ("▼" if sorted_here else "")).rjust(c.width),
+        head.append(name.ljust(w) if c.label or c.flex else name.rjust(w),
                     "bold reverse" if sorted_here else "bold")
-    out = [_fit(head.text(), width)]
-    first, rest = cols[0], cols[1:]
+    out = [fit(head.text(), width)]
+    plan = [(c, w, k == 0 or c.label or c.flex) for k, (c, w) in enumerate(zip(
+        cols, widths, strict=True))]
     for r in shown:
         # Unstyled cells are one piece with the space before them: a cgroup table of 50
         # rows and 9 columns is most of a frame's pieces.
-        name = first.fit(r, flex) if first.fit else _ltrunc(_clean(first.cell(r)), flex)
-        pieces = [(name.ljust(flex), "")]
-        for c in rest:
-            style = c.style(r) if c.style else ""
-            if style:
-                pieces += [(" ", ""), (c.cell(r).rjust(c.width), style)]
+        pieces = []
+        for c, w, is_label in plan:
+            if is_label:
+                text = (c.fit(r, w) if c.fit else ltrunc(clean(c.cell(r)), w)).ljust(w)
             else:
-                pieces.append((" " + c.cell(r).rjust(c.width), ""))
-        line = _Line()
+                text = c.cell(r).rjust(w)
+            style = c.style(r) if c.style else ""
+            if not pieces:
+                pieces.append((text, style))
+            elif style:
+                pieces += [(" ", ""), (text, style)]
+            else:
+                pieces.append((" " + text, ""))
+        line = Line()
         line.extend(pieces)
-        out.append(_fit(line.text(), width))
+        out.append(fit(line.text(), width))
     return out
 
 
-def _matches(label: str, ui: UiState) -> bool:
-    return not ui.filter or ui.filter.lower() in label.lower()
+def matches(label: str, text: str) -> bool:
+    """Return whether a row named ``label`` passes the filter ``text`` (key /)."""
+    return not text or text.lower() in label.lower()
 
 
-def _desc(v: float | None) -> float:
+def desc(v: float | None) -> float:
+    """Return a sort key putting the largest first and unknowns last."""
     return -(v if v is not None else -1.0)
 
 
-def _sum(a: float | None, b: float | None) -> float | None:
+def plus(a: float | None, b: float | None) -> float | None:
+    """Return ``a + b``, unknown when ``a`` is."""
     return None if a is None else a + (b or 0.0)
 
 
-_CGROUP_KEYS: dict[str, Callable[[CgroupRow], object]] = {
-    "cpu": lambda r: _desc(r.cpu),
-    "mem": lambda r: -r.memory_bytes,
-    "io": lambda r: _desc(_sum(r.io_read_bps, r.io_write_bps)),
-    "name": lambda r: r.path,
-}
-_DISK_KEYS: dict[str, Callable[[DiskRow], object]] = {
-    "util": lambda r: _desc(r.util),
-    "bytes": lambda r: _desc(_sum(r.read_bps, r.write_bps)),
-    "ops": lambda r: _desc(_sum(r.reads_s, r.writes_s)),
-    "name": lambda r: r.device,
-}
-_NET_KEYS: dict[str, Callable[[NetRow], object]] = {
-    "bytes": lambda r: _desc(_sum(r.rx_bps, r.tx_bps)),
-    "packets": lambda r: _desc(_sum(r.rx_pps, r.tx_pps)),
-    "errors": lambda r: _desc(_sum(r.errors_s, r.drops_s)),
-    "name": lambda r: r.interface,
-}
-
-
-def _cpu_share(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:.0f}%" if x * 100 >= 99.5 else f"{x * 100:.1f}%"
-
-
-_CGROUP_COLS = (
-    _Col("CGROUP", 20, lambda r: r.path),
-    _Col("cpu%", 6, lambda r: _cpu_share(r.cpu), key="cpu"),
-    _Col("usr%", 6, lambda r: _cpu_share(r.user), drop=5),
-    _Col("sys%", 6, lambda r: _cpu_share(r.system), drop=5),
-    _Col("thr%", 5, lambda r: _cpu_share(r.throttled), drop=3,
-         style=lambda r: "red" if r.throttled else ""),
-    _Col("mem", 5, lambda r: fmt_bytes(r.memory_bytes), key="mem"),
-    _Col("io/s", 6, lambda r: fmt_bytes(_sum(r.io_read_bps, r.io_write_bps)), key="io"),
-    _Col("rd/s", 6, lambda r: fmt_bytes(r.io_read_bps), drop=6),
-    _Col("wr/s", 6, lambda r: fmt_bytes(r.io_write_bps), drop=6),
-)
-_DISK_COLS = (
-    _Col("DISK", 8, lambda r: r.device),
-    _Col("ops", 5, lambda r: fmt_num(_sum(r.reads_s, r.writes_s)), drop=5, key="ops"),
-    _Col("r/s", 5, lambda r: fmt_num(r.reads_s), drop=2),
-    _Col("w/s", 5, lambda r: fmt_num(r.writes_s), drop=2),
-    _Col("bytes", 6, lambda r: fmt_bytes(_sum(r.read_bps, r.write_bps)), drop=5,
-         key="bytes"),
-    _Col("rd/s", 6, lambda r: fmt_bytes(r.read_bps)),
-    _Col("wr/s", 6, lambda r: fmt_bytes(r.write_bps)),
-    _Col("r_ms", 5, lambda r: fmt_num(r.r_await_ms), drop=3),
-    _Col("w_ms", 5, lambda r: fmt_num(r.w_await_ms), drop=3),
-    _Col("qd", 4, lambda r: str(r.in_flight), drop=4),
-    _Col("util", 6, lambda r: fmt_pct(r.util), key="util",
-         style=lambda r: _level_style(r.util or 0)),
-)
-_NET_COLS = (
-    _Col("NET", 8, lambda r: r.interface),
-    _Col("bytes", 6, lambda r: fmt_bytes(_sum(r.rx_bps, r.tx_bps)), drop=5, key="bytes"),
-    _Col("rx/s", 6, lambda r: fmt_bytes(r.rx_bps)),
-    _Col("tx/s", 6, lambda r: fmt_bytes(r.tx_bps)),
-    _Col("packets", 8, lambda r: fmt_num(_sum(r.rx_pps, r.tx_pps)), drop=5, key="packets"),
-    _Col("rxpk/s", 6, lambda r: fmt_num(r.rx_pps), drop=2),
-    _Col("txpk/s", 6, lambda r: fmt_num(r.tx_pps), drop=2),
-    _Col("errors", 7, lambda r: fmt_num(_sum(r.errors_s, r.drops_s)), drop=1, key="errors",
-         style=lambda r: "red" if (r.errors_s or r.drops_s) else ""),
-)
-
-
-def _sorted(rows: Sequence, keys: dict[str, Callable], sort: str, label: Callable,
-            ui: UiState) -> list:
-    return sorted((r for r in rows if _matches(label(r), ui)), key=keys[sort])
+def sort_rows(rows: Iterable, key: Callable, label: Callable, text: str) -> list:
+    """Return the rows whose ``label`` passes the filter ``text``, sorted by ``key``."""
+    if not text:
+        return sorted(rows, key=key)
+    return sorted((r for r in rows if matches(label(r), text)), key=key)
 
 
 # --- drawing ---------------------------------------------------------------------------
@@ -395,7 +367,7 @@ class Screen:
     ``render`` joins the lines into one ``Text`` (what tests and ``--once`` print), but
     rich re-divides such a text into lines, resolves every span against a stack of styles
     and, in ``Live(screen=True)``, crops and pads every line twice: at 128 CPUs that was
-    most of a frame. Here each line's spans (sorted, not overlapping, as ``_Line`` and
+    most of a frame. Here each line's spans (sorted, not overlapping, as ``Line`` and
     ``Text.assemble`` make them) become segments directly (any other line is left to
     rich), and ``ansi`` turns them into the terminal's output in one pass.
     """
@@ -422,7 +394,7 @@ class Screen:
             if cells(line.plain) > width:  # a wide character in a label: cut by cells
                 line = line.copy()
                 line.truncate(width, overflow="crop")
-            for text, style, _control in _segments(line, console):
+            for text, style, _control in segments(line, console):
                 if style and system is not None:
                     out.append((style.without_color if no_color else style).render(
                         text, color_system=system))
@@ -442,10 +414,10 @@ class Screen:
         for k, line in enumerate(self.lines):
             if k:
                 yield newline
-            yield from _segments(line, console)
+            yield from segments(line, console)
 
 
-def _segments(line: Text, console: Console) -> Iterable[Segment]:
+def segments(line: Text, console: Console) -> Iterable[Segment]:
     """Return a line's segments, as ``Text.render`` makes them."""
     spans = line.spans
     text = line.plain

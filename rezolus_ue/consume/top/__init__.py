@@ -1,16 +1,21 @@
 """``rezolus-ue top``: a full-screen, top-style view of the agent's tracepoints.
 
-Three parts, only the last does I/O:
+One module per panel (``header``, ``cpu``, ``memory``, ``samplers``, ``scheduler``,
+``disks``, ``network``, ``cgroups``, ``processes``), each declaring the events it reads,
+how it derives its rows from a frame, its columns and sort keys, and how it draws; the
+``registry`` lists them, and top subscribes to what they read. Beneath them:
 
-* ``top_model.Model`` ingests records and commits one ``View`` per display interval of
-  *data* time (a frame is drawn when an agent tick's records have arrived, never on a
-  timer of its own);
-* ``top_render.render(model, width, height, ui)`` (drawing with ``top_panels`` and
-  ``top_widgets``) and ``top_keys.handle_key(ui, key)`` are pure: a rich ``Text`` of
-  exactly the screen's lines from the latest view, and the next UI state;
-* ``run`` (this module) polls the record source (live, or a recording paced as it was
-  recorded), reads keys from stdin in cbreak mode (restoring the terminal on any exit)
-  and redraws the alternate screen (``AltScreen``).
+* ``frame``: ``Model`` ingests records and commits one ``View`` of every panel's rows per
+  display interval of *data* time (a frame is drawn when an agent tick's records have
+  arrived, never on a timer of its own);
+* ``layout`` (what a panel is; how panels share the lines), ``widgets`` (formats, bars,
+  tables, the screen's lines) and ``keys`` (the UI state and the keys that change it);
+* ``screen``: ``render(model, width, height, ui)``, pure: a rich ``Text`` of exactly the
+  screen's lines from the latest view.
+
+This module does the I/O: it polls the record source (live, or a recording paced as it
+was recorded), reads keys from stdin in cbreak mode (restoring the terminal on any exit)
+and redraws the alternate screen (``AltScreen``).
 """
 
 from __future__ import annotations
@@ -30,14 +35,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from ..config import path_arg
-from ..errors import RezolusError
-from .records import Record
-from .source import COSTLY_HELP, RECORDING_HELP
-from .top_keys import UiState, handle_key, split_keys
-from .top_model import COSTLY_EVENTS, TOP_EVENTS, Model, top_events
-from .top_render import render, render_screen
-from .top_rows import View
+from ...config import path_arg
+from ...errors import RezolusError
+from ..records import Record
+from ..source import COSTLY_HELP, RECORDING_HELP
+from .frame import Model
+from .keys import KEYS, UiState, handle_key, split_keys
+from .registry import COSTLY_EVENTS, TOP_EVENTS, complete, new_model, top_events
+from .screen import render, render_screen
 
 # --- I/O: terminal, subscription, loop --------------------------------------------------
 
@@ -89,7 +94,7 @@ class AltScreen:
         self.console.set_alt_screen(False)
 
     def update(self, screen: Any, refresh: bool = True) -> None:
-        """Draw ``screen`` (a ``top_widgets.Screen``) at once."""
+        """Draw ``screen`` (a ``widgets.Screen``) at once."""
         size = self.console.size
         self.console.file.write(screen.ansi(self.console, size.width, size.height))
         self.console.file.flush()
@@ -137,11 +142,11 @@ class Paced:
         self.src.close()
 
 
-def _subscribe(model: Model, costly: bool = False, wait: bool = True) -> Any:
+def subscribe(model: Model, costly: bool = False, wait: bool = True) -> Any:
     """Return a Subscription to ``top_events(costly)`` that never blocks: it subscribes
     as the agent registers events and sets ``model.waiting`` to why nothing comes. Without
     ``wait``, raise that reason at once instead."""
-    from .subscription import Subscription
+    from ..subscription import Subscription
 
     def note(message: str) -> None:
         model.waiting = message
@@ -151,12 +156,6 @@ def _subscribe(model: Model, costly: bool = False, wait: bool = True) -> Any:
         sub.close()
         raise RezolusError(sub.state or "no rezolus-ue event is registered")
     return sub
-
-
-def _complete(v: View) -> bool:
-    """Return whether every row of the frame has rates (none first seen in it)."""
-    return v.dt_s is not None and all(c.user is not None for c in v.cpus) and all(
-        r.reads_s is not None for r in v.disks) and all(r.rx_bps is not None for r in v.nets)
 
 
 def read_loadavg(path: str = "/proc/loadavg") -> tuple[float, float, float] | None:
@@ -177,13 +176,13 @@ def _run_once(model: Model, wait: bool, source: str | None = None,
               costly: bool = False) -> int:
     from rich.console import Console
 
-    from ..api import open_source
+    from ...api import open_source
 
     with open_source(source, top_events(costly), wait=wait, asked=False) as sub:
         model.subscribed = tuple(sub.events)
         # The second frame is the first with a full interval; a third if we started
         # mid-tick and some rows had no earlier record to take a rate from.
-        while model.frames < 2 or (model.frames < 3 and not _complete(model.view)):
+        while model.frames < 2 or (model.frames < 3 and not complete(model.view)):
             if sub.exhausted:  # a recording too short for a full interval: what it has
                 model.flush()
                 break
@@ -212,11 +211,11 @@ def _run_live(model: Model, ui: UiState, wait: bool, source: str | None = None) 
     # Else the loop subscribes after the first screen is drawn: opening a perf event per
     # event and CPU takes seconds on a slow machine, and the screen says what top awaits.
     if source is not None:
-        from ..api import open_source
+        from ...api import open_source
 
         sub = Paced(open_source(source, TOP_EVENTS))
     else:
-        sub = None if wait else _subscribe(model, ui.costly, wait=False)
+        sub = None if wait else subscribe(model, ui.costly, wait=False)
     console = Console(highlight=False)
     fd = sys.stdin.fileno()
 
@@ -227,7 +226,7 @@ def _run_live(model: Model, ui: UiState, wait: bool, source: str | None = None) 
     subs = [sub]  # the loop replaces it once the agent appears; closed here either way
     try:
         with cbreak(fd), AltScreen(console) as live:
-            _loop(subs, model, ui, live, console, fd, replay=source is not None)
+            loop(subs, model, ui, live, console, fd, replay=source is not None)
     except KeyboardInterrupt:
         pass
     finally:
@@ -237,7 +236,7 @@ def _run_live(model: Model, ui: UiState, wait: bool, source: str | None = None) 
     return 0
 
 
-def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: int, *,
+def loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: int, *,
           replay: bool = False) -> None:
     """Poll records and keys; redraw when a frame is committed, a key changed the UI,
     the terminal was resized, or (only while no data comes) once a second to say so.
@@ -255,7 +254,7 @@ def _loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: in
         now = time.monotonic()
         keys: list[str] = []
         if sub is None:
-            sub = subs[0] = _subscribe(model, costly)
+            sub = subs[0] = subscribe(model, costly)
             model.subscribed = tuple(sub.events)
             keys = read_keys(fd, 0.0)
         else:
@@ -299,11 +298,11 @@ def run(args: argparse.Namespace) -> int:
     """Run ``rezolus-ue top``; return the exit status."""
     if args.source is None:
         uname = os.uname()
-        model = Model(args.interval, host=uname.nodename, kernel=uname.release)
+        model = new_model(args.interval, host=uname.nodename, kernel=uname.release)
     else:  # the recording's host, as far as it says
-        from .recfile import read_meta
+        from ..recfile import read_meta
 
-        model = Model(args.interval, host=str(read_meta(args.source).get("hostname", "")))
+        model = new_model(args.interval, host=str(read_meta(args.source).get("hostname", "")))
     # A recording's costly events cost nothing to replay: read them all.
     costly = args.costly or args.source is not None
     if args.once:
@@ -313,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _seconds(text: str) -> float:
-    from ..config import parse_duration
+    from ...config import parse_duration
 
     try:
         s = float(text)  # a bare number is seconds, as in top -d
@@ -327,9 +326,9 @@ def _seconds(text: str) -> float:
     return s
 
 
-_EPILOG = """\
-keys: q quit, p pause, s cycle sort, / filter rows, +/- refresh interval,
-      e every sampler's state and why, c costly events on/off, h help
+_EPILOG = textwrap.fill(  # each key's text on one line: no-break spaces while filling
+    "; ".join(f"{k.keys} {k.what}".replace(" ", "\xa0") for k in KEYS), 88,
+    initial_indent="keys: ", subsequent_indent="      ").replace("\xa0", " ") + """
 
 examples:
   sudo rezolus-ue top                     watch (waits for the agent if it is not running)
@@ -353,12 +352,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``top`` subcommand."""
     p = sub.add_parser(
         "top", formatter_class=argparse.RawDescriptionHelpFormatter,
-        help="full-screen live view: CPU, memory, scheduler, disks, network, cgroups",
+        help="full-screen live view: CPU, memory, scheduler, disks, network, cgroups,"
+        " processes",
         description="A top-style view of the running agent's tracepoints: load and pressure\n"
         "stalls, per-CPU busy bars with the interval's peak, memory, scheduler activity\n"
-        "and histograms, disk and network rates, the busiest cgroups, and the samplers\n"
-        "that failed or cannot run, with why (key e lists every sampler). Redraws when\n"
-        "an interval's records have arrived, not on a timer of its own.",
+        "and histograms, disk and network rates, the busiest cgroups and processes, and\n"
+        "the samplers that failed or cannot run, with why (key e lists every sampler).\n"
+        "Redraws when an interval's records have arrived, not on a timer of its own.",
         epilog=_EPILOG,
     )
     p.add_argument("-i", "--interval", type=_seconds, default=1.0, metavar="DURATION",
