@@ -491,18 +491,14 @@ README_END = "<!-- end of samplers -->"
 def readme() -> str:
     """Return README.md with its sampler table regenerated (between the markers)."""
     from .samplers import REGISTRY
-    from .samplers.bpf_sampler import BpfSampler
 
     text = (ROOT / "README.md").read_text()
     start, end = text.index(README_BEGIN), text.index(README_END)
     rows = ["| sampler | how | what | events |", "|---|---|---|---|"]
     for name, cls in REGISTRY.items():
-        how = ("BPF, on demand" if issubclass(cls, BpfSampler) else "itself"
-               if name == "agent" else "perf_event_open" if name.startswith("perf_")
-               else "rtnetlink, sysfs" if name == "network" else "procfs, sysfs")
         events = ", ".join(f"`{e.name.removeprefix('rezolus_')}`" for e in cls.events()
                            if not e.name.endswith("_dist"))
-        rows.append(f"| `{name}` | {how} | {cls.summary().rstrip('.')} | {events} |")
+        rows.append(f"| `{name}` | {cls.origin} | {cls.summary().rstrip('.')} | {events} |")
     return text[:start] + README_BEGIN + "\n\n" + "\n".join(rows) + "\n\n" + text[end:]
 
 

@@ -149,6 +149,8 @@ class Sampler(ABC):
     #: Sample every sample_interval while a _dist event is enabled; False: only at publish
     #: (for expensive sources, e.g. many cgroups).
     oversample: ClassVar[bool] = True
+    #: Where it reads from, as the README's sampler table says it.
+    origin: ClassVar[str] = "procfs, sysfs"
 
     def __init__(self, ctx: SamplerContext) -> None:
         self.ctx = ctx

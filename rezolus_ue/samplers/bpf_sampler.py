@@ -244,6 +244,8 @@ class BpfSampler(Sampler):
     anyway).
     """
 
+    origin = "BPF, on demand"
+
     #: Queued in, or being activated by, LOADER.
     _pending = False
     _error: BaseException | None = None

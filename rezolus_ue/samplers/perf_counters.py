@@ -105,6 +105,8 @@ class PerCpuCounters(FamilySampler):
     ``_events`` as (cpu, that CPU's counters), closed together; the ``oversample``
     option."""
 
+    origin = "perf_event_open"
+
     def __init__(self, ctx: SamplerContext) -> None:
         super().__init__(ctx)
         self._events: list[tuple[int, tuple[PerfEvent, ...]]] = []

@@ -58,6 +58,8 @@ class AgentCapture(NamedTuple):
 class AgentSelf(Sampler):
     """The agent's CPU time, RSS, fds, records written, EBADF races and sampler costs."""
 
+    origin = "itself"
+
     name = "agent"
     families = FAMILIES
     oversample = False

@@ -261,6 +261,8 @@ def _close_all(files: list[KeptOpen]) -> None:
 class NetworkInterfaces(FamilySampler):
     """Per network interface bytes, packets, errors and drops, received and transmitted."""
 
+    origin = "rtnetlink, sysfs"
+
     name = "network"
     families = FAMILIES
     options = OPTIONS

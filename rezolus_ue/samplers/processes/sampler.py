@@ -192,6 +192,8 @@ class _Detail:
 class Processes(Sampler):
     """The busiest processes' CPU, memory, IO and context switches; a summary of all."""
 
+    origin = "procfs"
+
     name = "processes"
     families = FAMILIES
     oversample = False
