@@ -26,6 +26,7 @@ from .bpf.loader import release_probes
 from .config import Config
 from .errors import RezolusError, SamplerUnavailable
 from .metrics.types import Histogram
+from .otel import wire
 from .publisher import Publisher, open_publisher
 from .samplers import REGISTRY, Roots, Sampler, SamplerContext
 from .samplers.base import SharedFiles
@@ -34,6 +35,10 @@ log = logging.getLogger("rezolus_ue")
 
 #: The value of an enable word (a ctypes.c_uint32), read in C by map().
 _VALUE = attrgetter("value")
+
+#: Events applications publish (``rezolus_ue.otel``). On user_events each registers its
+#: own; the uprobe transport needs a root process to define them, so the agent does.
+APP_EVENTS = (wire.SCHEMA,)
 
 
 #: Where the single-instance lock lives; override for tests or unusual systems.
@@ -142,10 +147,24 @@ class Agent:
         self.publisher = open_publisher(self.tracefs, str(a["transport"]),
                                         persist=bool(a["persist"]),
                                         multi_format=bool(a["multi_format"]))
+        if self.publisher.transport == "uprobe":
+            self._define_app_events()
         for name in REGISTRY:
             self.states[name] = self._start_sampler(name)
         release_probes()
         self._write_status()
+
+    def _define_app_events(self) -> None:
+        """Define the applications' events beside ours; warn, never fail, if it cannot."""
+        assert self.publisher is not None
+        try:
+            self.publisher.register(APP_EVENTS)
+        except RezolusError as e:
+            log.warning("applications cannot publish %s here: %s",
+                        ", ".join(s.name for s in APP_EVENTS), e)
+            return
+        log.info("defined %s for applications", ", ".join(
+            f"{self.publisher.group}:{s.name}" for s in APP_EVENTS))
 
     def _start_sampler(self, name: str) -> SamplerState:
         """Start sampler ``name`` as configured and register its events; never raise for a
@@ -237,8 +256,9 @@ class Agent:
 
     @property
     def event_names(self) -> list[str]:
-        """Return the names of the registered events."""
-        return list(self.publisher.handles) if self.publisher else []
+        """Return the names of the samplers' registered events."""
+        apps = {e.name for e in APP_EVENTS}
+        return [n for n in self.publisher.handles if n not in apps] if self.publisher else []
 
     def sampler_states(self) -> list[SamplerState]:
         """Return every configured sampler's state (for the agent sampler)."""

@@ -31,6 +31,8 @@ MAX_NAME_ARGS = 511
 
 #: perf rejects event names with '.', '-' or ':'; keep to one safe alphabet.
 NAME_RE = re.compile(r"rezolus_[a-z0-9_]+")
+#: The same alphabet for an event another project declared (``EventSchema.foreign``).
+FOREIGN_NAME_RE = re.compile(r"[a-z][a-z0-9_]*")
 FIELD_RE = re.compile(r"[a-z][a-z0-9_]*")
 
 
@@ -79,6 +81,8 @@ class Field:
     max_len: int = 0
     #: For a binary dynamic field: its text form on the uprobe transport (fetch arguments
     #: have no variable-length binary type) and that text's longest length, NUL included.
+    #: For a ``char[N]`` field, a ``text_len`` of N + 1 moves it to a region of its own on
+    #: the uprobe transport, so a value of exactly N bytes shows whole.
     to_text: Callable[[bytes], bytes] | None = None
     text_len: int = 0
 
@@ -94,10 +98,15 @@ class EventSchema:
     sampler: str
     #: When records are written, for the event reference.
     cadence: str = "once per interval"
+    #: Declared by another project (OpenTelemetry's ``otlp_metrics``): its name keeps that
+    #: project's spelling, ``name_args`` its separators, and its records are bounded by
+    #: its fields' ``max_len`` instead of MAX_PAYLOAD.
+    foreign: bool = False
 
     def __post_init__(self) -> None:
-        if not NAME_RE.fullmatch(self.name):
-            raise ValueError(f"event name {self.name!r} must match {NAME_RE.pattern}")
+        name_re = FOREIGN_NAME_RE if self.foreign else NAME_RE
+        if not name_re.fullmatch(self.name):
+            raise ValueError(f"event name {self.name!r} must match {name_re.pattern}")
         seen: set[str] = set()
         for f in self.fields:
             if not FIELD_RE.fullmatch(f.name) or f.name.startswith("common_"):
@@ -112,7 +121,7 @@ class EventSchema:
                 f"{self.name}: registration string of {len(self.name_args.encode())} bytes"
                 f" exceeds the kernel's {MAX_NAME_ARGS}; use fewer or shorter fields"
             )
-        if self.max_payload > MAX_PAYLOAD:
+        if self.max_payload > self.limit:
             raise ValueError(
                 f"{self.name}: up to {self.max_payload} bytes per record exceeds {MAX_PAYLOAD};"
                 " split it into several records"
@@ -124,16 +133,23 @@ class EventSchema:
         return sum(f.type.size for f in self.fields)
 
     @property
+    def limit(self) -> int:
+        """Return the largest payload the packer accepts."""
+        return self.max_payload if self.foreign else MAX_PAYLOAD
+
+    @property
     def max_payload(self) -> int:
         """Return the largest payload this event can produce."""
         return self.fixed_size + sum(f.max_len for f in self.fields if f.type.dynamic)
 
     @property
     def name_args(self) -> str:
-        """Return the user_events registration string (fields separated by ``"; "``)."""
+        """Return the user_events registration string (fields separated by ``"; "``, or as
+        a foreign event's declarers spell it)."""
         if not self.fields:
             return self.name
-        return self.name + " " + "; ".join(f"{f.type.decl} {f.name}" for f in self.fields)
+        sep = ";" if self.foreign else "; "
+        return self.name + " " + sep.join(f"{f.type.decl} {f.name}" for f in self.fields)
 
     @property
     def field_names(self) -> tuple[str, ...]:
@@ -164,8 +180,8 @@ class UprobeLayout:
     per dynamic field at a fixed offset (fetch arguments have fixed offsets): text as it
     is, a binary field (a histogram's ``__rel_loc u8[]`` buckets) in its ``to_text``
     form. Every text field is fetched as ``:string`` (perf prints it; a ``char[N]``
-    label's last byte is kept NUL, so one of exactly N bytes shows N-1). Scalars keep
-    their types and names.
+    label's last byte is kept NUL, so one of exactly N bytes shows N-1, unless its
+    ``text_len`` gives it a region of its own). Scalars keep their types and names.
     """
 
     #: Fetch arguments, ``name=+OFFSET({reg}):TYPE``, in field order.
@@ -185,6 +201,7 @@ def _uprobe_layout(schema: EventSchema) -> UprobeLayout:
     chars: list[int] = []  # offset of each char[N] label's last byte
     # (loc word end, region, cap, text form or None for text)
     dyn: list[tuple[int, int, int, Callable[[bytes], bytes] | None]] = []
+    moved: list[tuple[int, int, int]] = []  # char[N] with a region: (offset, N, region)
     pos, region = 0, schema.fixed_size
     for f in schema.fields:
         if f.type.dynamic:
@@ -195,6 +212,12 @@ def _uprobe_layout(schema: EventSchema) -> UprobeLayout:
             dyn.append((pos + f.type.size, region, cap, None if f.type.text else f.to_text))
             args.append(f"{f.name}=+{region}({{reg}}):string")
             region += cap
+        elif f.type.text and f.text_len:
+            if f.text_len <= f.type.size:
+                raise ValueError(f"{schema.name}.{f.name}: text_len must leave room for a NUL")
+            moved.append((pos, f.type.size, region))
+            args.append(f"{f.name}=+{region}({{reg}}):string")
+            region += f.text_len
         elif f.type.text:
             chars.append(pos + f.type.size - 1)
             args.append(f"{f.name}=+{pos}({{reg}}):string")
@@ -203,10 +226,10 @@ def _uprobe_layout(schema: EventSchema) -> UprobeLayout:
         pos += f.type.size
     fixed, size = schema.fixed_size, region
 
-    if not dyn and not chars:
+    if not dyn and not chars and not moved:
         def record(payload: bytes) -> bytes:
             return payload
-    elif not dyn:
+    elif not dyn and not moved:
         def record(payload: bytes) -> bytes:
             for at in chars:
                 if payload[at]:
@@ -225,6 +248,9 @@ def _uprobe_layout(schema: EventSchema) -> UprobeLayout:
                 data = payload[start:start + (loc >> 16)]
                 data = (data.rstrip(b"\0") if to_text is None else to_text(data))[:cap - 1]
                 buf[at:at + len(data)] = data
+            for off, n, to in moved:
+                text = payload[off:off + n].split(b"\0", 1)[0]
+                buf[to:to + len(text)] = text
             for j in chars:
                 buf[j] = 0
             return bytes(buf)
@@ -261,7 +287,7 @@ def _make_packer(schema: EventSchema) -> Callable[..., bytes]:
         if f.type.dynamic:
             ends.append(pos)
     size = fixed.size
-    name = schema.name
+    name, limit = schema.name, schema.limit
 
     def pack(*values: object) -> bytes:
         vals = list(values)
@@ -281,8 +307,8 @@ def _make_packer(schema: EventSchema) -> Callable[..., bytes]:
             vals[i] = (len(data) << 16) | (at - end)
             tail.append(data)
             at += len(data)
-        if at > MAX_PAYLOAD:
-            raise ValueError(f"{name}: payload of {at} bytes exceeds {MAX_PAYLOAD}; split it")
+        if at > limit:
+            raise ValueError(f"{name}: payload of {at} bytes exceeds {limit}; split it")
         return fixed.pack(*vals) + b"".join(tail)
 
     return pack

@@ -254,6 +254,18 @@ def free_slot(name: str, taken: Iterable[int]) -> int:
     return next(s % SLOTS for s in range(start, start + SLOTS) if s % SLOTS not in used)
 
 
+def attach_uprobe(schema: EventSchema, stub: Stub | None = None,
+                  stats: Stats | None = None) -> UprobeHandle:
+    """Return a handle writing ``schema``'s records to its slot from a process that does not
+    define the event (an application, without root): the agent defines it, and the slot's
+    counter says whether a consumer listens. The slot is ``event_slot``'s, which is the
+    agent's for a name no catalog event's slot takes (tests/test_otel_wire.py checks)."""
+    stub = stub or Stub()
+    slot = event_slot(schema.name)
+    return UprobeHandle(schema.name, stub.counter(slot), stub.function(slot),
+                        schema.uprobe.record, stats if stats is not None else Stats())
+
+
 class UprobePublisher:
     """The agent's events as uprobe events on the stub's slots, defined through one kept
     ``uprobe_events`` fd (so a reload after the privilege drop can still define).

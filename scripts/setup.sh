@@ -27,8 +27,9 @@ if [ "$dev" = 1 ]; then
     # and the tests run the uprobe transport's bpftrace recipe (docs/kernels.md).
     # trace-cmd: the tests show every consumer the README names working.
     # stress-ng: the tests must pass on a machine kept busy (scripts/stress-test.sh).
+    # strace: the tests count an idle application's write syscalls (tests/kernel/test_otel_apps).
     pkgs="$pkgs qemu-system-x86 udev man-db groff-base tmux prometheus bpftrace trace-cmd"
-    pkgs="$pkgs stress-ng"
+    pkgs="$pkgs stress-ng strace"
 fi
 
 missing=""
@@ -62,7 +63,7 @@ if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 extra=""
-[ "$dev" = 1 ] && extra="[dev]"
+[ "$dev" = 1 ] && extra="[dev,otel]"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".$extra" 2>&1 \
     | grep -v -e "^WARNING: Location" -e "Running pip as the 'root' user" >&2 || true
 .venv/bin/python -c 'import rezolus_ue, tracefs_tools' || { say "install failed"; exit 1; }

@@ -19,9 +19,10 @@ import pytest
 from kernel.conftest import wait_for
 from waiting import scaled
 
+from rezolus_ue.agent import APP_EVENTS
 from rezolus_ue.linux.uprobe_stub import Stub, stub_path
 from rezolus_ue.publisher import event_slot
-from rezolus_ue.schema import AGENT, CPU_USAGE, by_name
+from rezolus_ue.schema import AGENT, CPU_USAGE, EVENTS, by_name
 from tracefs_tools import TracefsError, UprobeDefinition, UprobeEvents
 
 from .conftest import (
@@ -64,8 +65,9 @@ def whole_histograms(lines: list[str]) -> list[str]:
 
 
 def test_every_event_is_defined_with_its_schema_fields_and_removed_on_stop(tfs, agent):
-    schemas = by_name()
+    schemas = by_name((*EVENTS, *APP_EVENTS))
     defined = [n for n in tfs.events(GROUP) if n in schemas]
+    assert {s.name for s in APP_EVENTS} <= set(defined)
     assert CPU_USAGE.name in defined and AGENT.name in defined
     for name in defined:
         fmt = tfs.event_format(GROUP, name)
