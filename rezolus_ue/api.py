@@ -15,6 +15,19 @@ the live tracepoints (perf_event_open, beside any other consumer); a path replay
 recording (``rezolus-ue record`` / ``dump`` output, a ring directory, Parquet). The
 commands ``tail``, ``top``, ``record`` and ``exporter`` read through ``open_source``, the
 batch form of the same thing. docs/api.md has an example agent.
+
+Applications' OpenTelemetry metrics come the same way: ``subscribe("otlp_metrics")``
+yields a record per data point from every process that publishes them (its ``buffer``,
+the publisher's ``pid`` and ``comm``), and a ``Decoder`` turns each into ``DataPoint``s::
+
+    from rezolus_ue.api import Decoder, subscribe
+
+    points = Decoder()
+    for r in subscribe("otlp_metrics"):
+        for p in points.points(r):
+            print(p.comm, p.metric, p.attributes, p.value or p.histogram)
+
+(needs the ``otel`` extra: ``pip install 'rezolus-ue[otel]'``).
 """
 
 from __future__ import annotations
@@ -22,6 +35,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 
+from .consume.otlp import DataPoint, Decoder, MalformedPayload
 from .consume.records import Histogram, Meta, Record, record_from_json
 from .consume.source import Source, open_source
 from .consume.subscription import resolve_events
@@ -36,8 +50,9 @@ def subscribe(patterns: str | Iterable[str] | None = None,
               source: str | os.PathLike[str] | None = None, *,
               wait: bool = True, costly: bool = False) -> Iterator[Record]:
     """Yield the records of the events matching ``patterns`` (names or shell globs; None:
-    every cheap rezolus-ue event, and the costly ones too with ``costly``, as
-    ``resolve_events``), in time order. A recording's events all cost nothing to read.
+    every cheap rezolus-ue event, and the costly ones too with ``costly``, then
+    ``otlp_metrics`` if its decoder is installed, as ``resolve_events``), in time order.
+    A recording's events all cost nothing to read.
 
     ``source`` None: the live tracepoints, until the caller stops iterating (closing the
     generator releases the perf events); waits for the agent unless ``wait`` is false.
@@ -53,5 +68,5 @@ def subscribe(patterns: str | Iterable[str] | None = None,
             yield from src.poll(POLL_MS, SETTLE_MS)
 
 
-__all__ = ["Histogram", "Meta", "Record", "Source", "open_source", "record_from_json",
-           "resolve_events", "subscribe"]
+__all__ = ["DataPoint", "Decoder", "Histogram", "MalformedPayload", "Meta", "Record",
+           "Source", "open_source", "record_from_json", "resolve_events", "subscribe"]

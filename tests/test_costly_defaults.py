@@ -11,6 +11,8 @@ import pytest
 
 from rezolus_ue import api, schema
 from rezolus_ue.cli import build_parser
+from rezolus_ue.consume import otlp
+from rezolus_ue.consume.records import APP_EVENTS
 
 
 class Asked(Exception):
@@ -30,12 +32,15 @@ def asked(monkeypatch: pytest.MonkeyPatch) -> list:
     return got
 
 
+#: Applications' events follow ours in every default set, where their decoder is installed.
+APPS = list(APP_EVENTS) if otlp.available() else []
 EVERY = [e.name for e in schema.EVENTS]
+CHEAP = schema.cheap(EVERY) + APPS
 
 
 @pytest.mark.parametrize(("argv", "want"), [
-    ([], schema.cheap(EVERY)),
-    (["--costly"], EVERY),
+    ([], CHEAP),
+    (["--costly"], EVERY + APPS),
     (["rezolus_syscall_latency"], ["rezolus_syscall_latency"]),  # named: asked for
 ])
 def test_tail_subscribes_to_cheap_events_unless_asked(asked: list, argv: list[str],
@@ -47,8 +52,8 @@ def test_tail_subscribes_to_cheap_events_unless_asked(asked: list, argv: list[st
 
 
 @pytest.mark.parametrize(("argv", "want"), [
-    ([], schema.cheap(EVERY)),
-    (["--costly"], EVERY),
+    ([], CHEAP),
+    (["--costly"], EVERY + APPS),
     (["rezolus_tcp_srtt*"], ["rezolus_tcp_srtt"]),
 ])
 def test_record_subscribes_to_cheap_events_unless_asked(asked: list, tmp_path: Path,
@@ -65,4 +70,4 @@ def test_subscribe_api_takes_cheap_events_unless_asked(asked: list) -> None:
         next(api.subscribe())
     with pytest.raises(Asked):
         next(api.subscribe(costly=True))
-    assert asked == [schema.cheap(EVERY), EVERY]
+    assert asked == [CHEAP, EVERY + APPS]

@@ -424,11 +424,15 @@ def test_cost_class_is_costly_exactly_for_the_bpf_samplers_events() -> None:
 
 
 def test_consumers_resolve_to_cheap_events_unless_asked() -> None:
+    from rezolus_ue.consume import otlp
+    from rezolus_ue.consume.records import APP_EVENTS
     from rezolus_ue.consume.subscription import resolve_events
 
     every = [e.name for e in S.EVENTS]
-    assert resolve_events(None) == S.cheap(every) and len(S.cheap(every)) < len(every)
-    assert resolve_events(None, costly=True) == every
+    # Applications' events come after ours, when their decoder is installed.
+    apps = list(APP_EVENTS) if otlp.available() else []
+    assert resolve_events(None) == S.cheap(every) + apps and len(S.cheap(every)) < len(every)
+    assert resolve_events(None, costly=True) == every + apps
     # A pattern is the user asking: what it names comes, costly or not.
     assert resolve_events(["rezolus_syscall*"]) == ["rezolus_syscall",
                                                    "rezolus_syscall_latency"]

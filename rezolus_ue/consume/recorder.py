@@ -353,7 +353,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("target", nargs="?", metavar="FILE",
                    help="recording to write (a directory for --format parquet)")
     p.add_argument("events", nargs="*", metavar="EVENT",
-                   help="event names or shell globs (default: every cheap rezolus-ue event;"
+                   help="event names or shell globs (default: every cheap rezolus-ue event,"
+                   " and applications' otlp_metrics when the otel extra is installed: each"
+                   " record's OTLP buffer as written, with the publisher's pid and comm;"
                    " a pattern takes costly events too)")
     p.add_argument("--costly", action="store_true", help=COSTLY_HELP)
     p.add_argument("-d", "--duration", type=duration_arg, metavar="DURATION",

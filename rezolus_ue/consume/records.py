@@ -14,11 +14,24 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..encoding import EventSchema
 from ..metrics import h2
+from ..otel import wire
 
 #: The keys of the JSON form that are not event fields (``time``: the wall clock, present
 #: when ``Record.to_json`` is given the source's wall offset, as tail gives it).
 JSON_META = ("event", "time_ns", "common_cpu", "common_pid", "time")
+#: Events that applications publish, which every consumer reads beside ours: OpenTelemetry's
+#: ``otlp_metrics`` (``rezolus_ue.otel.wire``, decoded by ``consume.otlp``). A
+#: subscription adds the publishing process to each of their records: ``pid``, ``comm``.
+APP_EVENTS: dict[str, EventSchema] = {wire.EVENT: wire.SCHEMA}
+
+
+def event_schema(event: str) -> EventSchema | None:
+    """Return the schema of an event a consumer reads (ours or an application's), or None."""
+    from ..schema import by_name
+
+    return by_name().get(event) or APP_EVENTS.get(event)
 
 
 class Meta(NamedTuple):
@@ -127,10 +140,8 @@ def record_from_json(d: dict[str, object]) -> Record:
 
     Fields the schema declares as bytes come as hex, or for ``buckets`` as {index: count}.
     """
-    from ..schema import by_name
-
     fields = {k: v for k, v in d.items() if k not in JSON_META}
-    schema = by_name().get(str(d["event"]))
+    schema = event_schema(str(d["event"]))
     if schema is not None:
         for f in schema.fields:
             v = fields.get(f.name)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from .recblocks import _U32, BlockError, BlockRef, RecordingError
-from .records import Record
+from .records import APP_EVENTS, Record, event_schema
 
 log = logging.getLogger("rezolus_ue")
 
@@ -79,9 +79,7 @@ def _as_list(col: Any) -> list[Any]:
 @cache
 def _schema_types(event: str) -> dict[str, str]:
     """Return the column types the schema declares for ``event`` (empty if unknown)."""
-    from ..schema import by_name
-
-    schema = by_name().get(event)
+    schema = event_schema(event)
     if schema is None:
         return {}
     out = {}
@@ -93,6 +91,8 @@ def _schema_types(event: str) -> dict[str, str]:
             out[f.name] = BYTES
         else:
             out[f.name] = f"<{'i' if t.signed else 'u'}{t.size}"
+    if event in APP_EVENTS:  # the publisher a subscription adds, typed as common_pid
+        out.update(pid="<i4", comm=STR)
     return out
 
 

@@ -16,6 +16,12 @@ Holding a perf event keeps a user_event (or a uprobe event) alive, so an agent r
 that registers the same events again reuses them: the subscription carries on. Events
 that appear later (the agent started after us, or a sampler began publishing) are picked
 up by a periodic rescan.
+
+Applications' events (``records.APP_EVENTS``: OpenTelemetry's ``otlp_metrics``) are read
+from every process that publishes them, in either group: on user_events whether the agent
+runs or not (each application registers the event), on the uprobe transport while it
+runs (it defines the event for them). Each of their records gets its publisher's ``pid``
+and ``comm`` (``otlp.record_fields``).
 """
 
 from __future__ import annotations
@@ -40,8 +46,9 @@ from ..linux.perf_ring import TracepointRings
 from ..metrics.h2 import sparse_from_text
 from ..schema import EVENTS, cheap
 from ..schema import GROUPS as TRANSPORT_GROUPS
-from .readiness import Verdict, Watch
-from .records import Record
+from . import otlp
+from .readiness import START, Verdict, Watch
+from .records import APP_EVENTS, Record
 
 log = logging.getLogger("rezolus_ue")
 #: Where our events may be: both transports' groups, user_events first.
@@ -60,18 +67,25 @@ RING_PAGES = 128
 def resolve_events(patterns: Iterable[str] | None, costly: bool = False) -> list[str]:
     """Return the event names matching ``patterns`` (names or shell globs). None: every
     cheap event, and the costly ones too with ``costly`` (``schema.COST``: enabling those
-    attaches BPF programs that every syscall, switch or packet pays for); patterns name
-    what the user asked for, costly or not.
+    attaches BPF programs that every syscall, switch or packet pays for), then the
+    applications' events (``otlp_metrics``) if their decoder is installed; patterns name
+    what the user asked for, costly or not (a glob passes over ``otlp_metrics`` without
+    its decoder).
 
-    Raise ConfigError naming a pattern that matches no rezolus-ue event.
+    Raise ConfigError naming a pattern that matches no event, or ``otlp_metrics`` named
+    without its decoder (opentelemetry-proto: the ``otel`` extra).
     """
-    known = [e.name for e in EVENTS]
+    ours = [e.name for e in EVENTS]
+    apps = list(APP_EVENTS) if otlp.available() else []
     if not patterns:
-        return known if costly else cheap(known)
+        return (ours if costly else cheap(ours)) + apps
+    known = ours + apps
     out: list[str] = []
     for p in patterns:
         for g in GROUPS:
             p = p.removeprefix(f"{g}:")
+        if p in APP_EVENTS:
+            otlp.require()
         hits = [n for n in known if fnmatch.fnmatchcase(n, p)]
         if not hits:
             close = [n for n in known if p.strip("*") and p.strip("*") in n][:5]
@@ -113,7 +127,15 @@ class Subscription:
         self._formats: dict[int, tuple[str, EventFormat, bool]] = {}  # id -> (name, fmt, uprobe)
         self._defined: dict[str, set[str]] = {g: set() for g in GROUPS}
         self._blocked: dict[str, str] = {}  # event -> where ftrace holds it
-        self._watch = Watch(self.wanted, on_state or _log_state, runtime_dir, asked)
+        #: Applications' events wanted: on user_events subscribed with or without the
+        #: agent (the watch judges our own events only), and judged by ``_judge_apps``.
+        self._apps = [n for n in self.wanted if n in APP_EVENTS]
+        self._watch = Watch([n for n in self.wanted if n not in APP_EVENTS],
+                            on_state or _log_state, runtime_dir, asked)
+        self._verdict = Verdict(False, None)
+        self._app_said: str | None = None
+        self._publishers = otlp.Publishers()
+        self._rejects = otlp.Decoder() if self._apps else None
         self._next_look = 0.0
         self._last_record = time.monotonic()
         try:
@@ -135,12 +157,13 @@ class Subscription:
     @property
     def state(self) -> str | None:
         """Return why records do not come (or some do not), or None when all is well."""
-        return self._watch.verdict.message
+        return self._verdict.message
 
     @property
     def ready(self) -> bool:
-        """Return whether a subscribed event can bring records (an agent publishes it)."""
-        return self._watch.verdict.ready
+        """Return whether a subscribed event can bring records (the agent publishes it, or
+        an application has registered it)."""
+        return self._verdict.ready
 
     def _refresh(self) -> Verdict:
         """Look at the agent, subscribe to what it publishes, and judge what comes."""
@@ -148,11 +171,50 @@ class Subscription:
         # Everything subscribed while the agent runs: nothing to list, nothing to judge by.
         if agent is None or len(self.events) < len(self.wanted):
             self._scan(subscribe=agent is not None)
-        quiet = time.monotonic() - self._last_record if self._subs else 0.0
+        ours = {n for n in self.events if n not in APP_EVENTS}
+        quiet = time.monotonic() - self._last_record if ours else 0.0
         # From the end of the look: one slower than LOOK_S (a loaded machine) must not
         # make every poll look again.
         self._next_look = time.monotonic() + LOOK_S
-        return self._watch.judge(self._defined, set(self.events), self._blocked, quiet)
+        v = self._watch.judge(self._defined, ours, self._blocked, quiet) \
+            if self._watch.wanted else Verdict(False, None)
+        if self._apps:
+            v = self._judge_apps(v)
+        self._verdict = v
+        return v
+
+    def _judge_apps(self, ours: Verdict) -> Verdict:
+        """Return ``ours`` with the applications' events: records can come once one has
+        registered them; while none has, say so if they are what the user asked for."""
+        live = any(n in APP_EVENTS for _g, n in self._subs)
+        note = None
+        if not live and (self._watch.asked or not self._watch.wanted):
+            held = [f"{n} is enabled in ftrace ({self._blocked[n]}), which shuts perf readers"
+                    " such as this one out on the uprobe transport: disable it there"
+                    for n in self._apps if n in self._blocked]
+            names = ", ".join(self._apps)
+            agent = self._watch.agent
+            if held:
+                note = "; ".join(held)
+            elif self._tfs.has_user_events:
+                note = (f"no application has registered {names} yet (an OpenTelemetry"
+                        " user_events metrics exporter registers it as it starts): waiting"
+                        " for one")
+            elif agent is None:
+                note = (f"{names} needs the agent on this kernel, which has no user_events"
+                        f" (the agent defines {UPROBE_GROUP}:{names} for applications):"
+                        f" start it with `{START}`")
+            elif agent.status is None:
+                note = f"the agent (pid {agent.pid}) is starting: {names} is not defined yet"
+            else:
+                note = (f"the agent (pid {agent.pid}) has not defined {UPROBE_GROUP}:{names}"
+                        " for applications (its log says why)")
+        if note != self._app_said:
+            self._app_said = note
+            if note:
+                self._watch.on_state(note)
+        return Verdict(ours.ready or live,
+                       "; ".join(m for m in (ours.message, note) if m) or None)
 
     @property
     def events(self) -> list[str]:
@@ -190,7 +252,10 @@ class Subscription:
                 log.debug("cannot list %s events: %s", group, e)
                 present = set()
             self._defined[group] = {n for n in present if n.startswith("rezolus_")}
-            for name in self.wanted if subscribe else ():
+            # Without the agent, only what applications registered themselves: on the
+            # uprobe transport theirs too is the agent's definition (a killed agent's).
+            for name in self.wanted if subscribe else \
+                    (self._apps if group != UPROBE_GROUP else ()):
                 if (group, name) not in self._subs and name in present:
                     self._subscribe(group, name)
 
@@ -212,8 +277,8 @@ class Subscription:
             log.debug("cannot subscribe to %s:%s: %s", group, name, e)
             return  # deleted between the listing and the open: next scan
         self._blocked.pop(name, None)
-        if not self._subs:
-            self._last_record = time.monotonic()  # quiet from the first subscription on
+        if name not in APP_EVENTS and not any(n not in APP_EVENTS for _g, n in self._subs):
+            self._last_record = time.monotonic()  # quiet from our first subscription on
         self._subs[group, name] = fmt.id
         self._formats[fmt.id] = (name, fmt, group == UPROBE_GROUP)
 
@@ -245,11 +310,13 @@ class Subscription:
     def drain(self) -> list[Record]:
         """Return every record already in the rings, without waiting."""
         out: list[Record] = []
+        ours = False
         for s in self._rings.drain():
             rec = self._decode(s.raw, s.time or 0, s.cpu or 0)
             if rec is not None:
                 out.append(rec)
-        if out:
+                ours = ours or rec.event not in APP_EVENTS
+        if ours:
             self._last_record = time.monotonic()
         return out
 
@@ -260,17 +327,20 @@ class Subscription:
         if entry is None:
             return None
         name, fmt, uprobe = entry
+        tid = int.from_bytes(raw[4:8], "little", signed=True)
         try:
-            fields = fmt.decode(raw)
-            if uprobe:
-                fields.pop("__probe_ip", None)
-                b = fields.get("buckets")
-                if isinstance(b, str):
-                    fields["buckets"] = sparse_from_text(b)
-        except ValueError as e:
-            log.debug("undecodable %s record: %s", name, e)
+            fields = decode_fields(fmt, raw, uprobe)
+            if name in APP_EVENTS:
+                fields = otlp.record_fields(fields, tid, self._publishers, uprobe)
+        except (ValueError, otlp.MalformedPayload) as e:
+            if self._rejects is None or name not in APP_EVENTS:
+                log.debug("undecodable %s record: %s", name, e)
+                return None
+            bad = e if isinstance(e, otlp.MalformedPayload) else \
+                otlp.MalformedPayload("truncated", str(e))
+            self._rejects.reject(*self._publishers(tid), bad)
             return None
-        return Record(name, t, cpu, int.from_bytes(raw[4:8], "little", signed=True), fields)
+        return Record(name, t, cpu, tid, fields)
 
     def close(self) -> None:
         """Stop every perf event (idempotent)."""
@@ -282,6 +352,19 @@ class Subscription:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def decode_fields(fmt: EventFormat, raw: bytes, uprobe: bool) -> dict[str, object]:
+    """Return a raw record's fields as on user_events, whichever transport wrote it: a
+    uprobe record's probe address dropped, its text buckets in the sparse form. Raise
+    ValueError if the record is cut short."""
+    fields = fmt.decode(raw)
+    if uprobe:
+        fields.pop("__probe_ip", None)
+        b = fields.get("buckets")
+        if isinstance(b, str):
+            fields["buckets"] = sparse_from_text(b)
+    return fields
 
 
 def _log_state(message: str) -> None:
@@ -300,4 +383,5 @@ def monotonic_to_wall_offset_ns() -> int:
     return time.time_ns() - time.monotonic_ns()
 
 
-__all__ = ["Record", "Subscription", "monotonic_to_wall_offset_ns", "resolve_events"]
+__all__ = ["Record", "Subscription", "decode_fields", "monotonic_to_wall_offset_ns",
+           "resolve_events"]

@@ -2,7 +2,8 @@
 
 The equivalent of ``perf record -e 'user_events:rezolus_*' -a`` (``rezolus_ue:rezolus_*``
 on the uprobe transport) + ``perf script`` live, without perf, and never disturbing other
-consumers.
+consumers. Applications' OpenTelemetry metrics (``otlp_metrics``, from any process) print
+as one line per data point, with the publishing process.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
-from .records import Record
+from .otlp import DataPoint, Decoder
+from .records import APP_EVENTS, Record
 from .source import COSTLY_HELP, RECORDING_HELP
 
 #: Longest wait for records in one poll.
@@ -37,6 +39,7 @@ examples:
   sudo rezolus-ue tail rezolus_cpu_usage            one event
   sudo rezolus-ue tail 'rezolus_memory*' --format json \\
       | jq 'select(.event == "rezolus_memory") | .available_bytes'
+  sudo rezolus-ue tail otlp_metrics                 applications' OpenTelemetry metrics
   rezolus-ue tail --from /var/tmp/rec.rzr rezolus_cpu_usage
 
 tail finds the events in either group; perf needs the one in use (`rezolus-ue check`
@@ -45,10 +48,14 @@ says which):
   sudo perf record -e 'rezolus_ue:rezolus_*' -a -o - | perf script -i -   (uprobe transport)"""
 
 
+def _stamp(time_ns: int, wall_offset_ns: int) -> str:
+    t = (time_ns + wall_offset_ns) / 1e9
+    return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t * 1e6) % 1_000_000:06d}"
+
+
 def format_text(r: Record, wall_offset_ns: int) -> str:
     """Return one record as a line: local time, [writing CPU], event, field=value pairs."""
-    t = (r.time_ns + wall_offset_ns) / 1e9
-    stamp = time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t * 1e6) % 1_000_000:06d}"
+    stamp = _stamp(r.time_ns, wall_offset_ns)
     parts = []
     for k, v in r.fields.items():
         if k == "buckets" and isinstance(v, bytes):
@@ -69,16 +76,63 @@ def format_json(r: Record, wall_offset_ns: int) -> str:
     return json.dumps(r.to_json(wall_offset_ns), separators=(",", ":"))
 
 
+def _text_value(v: object) -> str:
+    s = str(v)
+    return s if s and not any(c in s for c in " ,{}=\"'") else repr(s)
+
+
+def _point_values(p: DataPoint) -> dict[str, object]:
+    """Return what a text line shows of a point's value(s), by name, in order."""
+    if p.histogram is not None:
+        h = p.histogram
+        return {"count": h.count, "sum": h.sum, "min": h.min, "max": h.max,
+                "buckets": f"<{sum(1 for c in h.counts if c)} non-zero>"}
+    if p.exponential is not None:
+        e = p.exponential
+        nz = sum(1 for c in e.positive_counts + e.negative_counts if c) + (e.zero_count > 0)
+        return {"count": e.count, "sum": e.sum, "min": e.min, "max": e.max,
+                "scale": e.scale, "buckets": f"<{nz} non-zero>"}
+    return {"value": p.value}
+
+
+def format_point_text(r: Record, p: DataPoint, wall_offset_ns: int) -> str:
+    """Return one data point of an ``otlp_metrics`` record as a line: the record's time
+    and CPU, then metric{attributes}, kind, temporality, value(s), unit, publisher."""
+    attrs = ",".join(f"{k}={_text_value(v)}" for k, v in p.attributes.items())
+    kind = f"{p.kind} {p.temporality}" + (" monotonic" if p.monotonic else "")
+    values = " ".join(f"{k}={v}" for k, v in _point_values(p).items() if v is not None)
+    unit = f" unit={p.unit if ' ' not in p.unit else repr(p.unit)}" if p.unit else ""
+    return (f"{_stamp(r.time_ns, wall_offset_ns)} [{r.common_cpu:03d}] {r.event}:"
+            f" {p.metric}{{{attrs}}} {kind} {values or 'value=none'}{unit} pid={p.pid}"
+            f" comm={_text_value(p.comm) if p.comm else '?'}")
+
+
+def format_point_json(r: Record, p: DataPoint, wall_offset_ns: int) -> str:
+    """Return one data point as a JSON line: the record's metadata (``event``,
+    ``time_ns``, ``common_cpu``, ``common_pid``), ``DataPoint.to_json`` and ``time``."""
+    out: dict[str, Any] = {"event": r.event, "time_ns": r.time_ns,
+                           "common_cpu": r.common_cpu, "common_pid": r.common_pid}
+    out.update(p.to_json())
+    out["time"] = r.time_ns + wall_offset_ns
+    return json.dumps(out, separators=(",", ":"))
+
+
 def write_records(records: Iterable[Record], fmt: str, out: TextIO,
-                  wall_offset_ns: int, stop: Callable[[], bool] | None = None) -> int:
+                  wall_offset_ns: int, stop: Callable[[], bool] | None = None,
+                  points: Decoder | None = None) -> int:
     """Write records in ``fmt`` ("text" or "json"), until ``stop()`` if given; return how
-    many (whole lines only: a stop lands between two)."""
+    many (whole records only: a stop lands between two). ``points`` decodes applications'
+    records (``otlp_metrics``) into a line per data point; a malformed one prints none."""
     line = format_json if fmt == "json" else format_text
+    point = format_point_json if fmt == "json" else format_point_text
     n = 0
     for r in records:
         if stop is not None and stop():
             break
-        out.write(line(r, wall_offset_ns) + "\n")
+        if points is not None and r.event in APP_EVENTS:
+            out.writelines(point(r, p, wall_offset_ns) + "\n" for p in points.points(r))
+        else:
+            out.write(line(r, wall_offset_ns) + "\n")
         n += 1
     return n
 
@@ -155,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
     # A recording keeps only the events this version knows, as a live subscription does;
     # replaying costly events costs nothing, so it shows every one unless named.
     events = resolve_events(args.events, costly=args.costly or args.source is not None)
+    points = Decoder() if any(e in APP_EVENTS for e in events) else None
     seen = lost = 0
     with _Stopper() as stopper:
         try:
@@ -172,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
                         recs = recs[: args.count - seen]
                     with stopper.write():
                         seen += write_records(recs, args.format, sys.stdout, offset,
-                                              lambda: stopper.requested)
+                                              lambda: stopper.requested, points)
                         sys.stdout.flush()
                     if src.lost != lost:
                         print(f"rezolus-ue: {src.lost - lost} records lost (consumer too"
@@ -195,12 +250,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="print decoded records as they arrive (text or JSON lines)",
         description="Subscribe to rezolus-ue tracepoints (perf_event_open, one ring per CPU),"
         " user_events:rezolus_* or, on kernels without user_events, rezolus_ue:rezolus_*,"
-        " and print each record: time, event, fields. Waits for the agent unless --no-wait.",
+        " and print each record: time, event, fields. Waits for the agent unless --no-wait."
+        " Applications' OpenTelemetry metrics, otlp_metrics (user_events:otlp_metrics or"
+        " rezolus_ue:otlp_metrics, from every process, whether the agent runs or not; it"
+        " needs the otel extra), print one line per data point: metric{attributes}, kind,"
+        " value(s), publishing pid and comm.",
         epilog=_EPILOG,
     )
     p.add_argument("events", nargs="*", metavar="EVENT",
-                   help="event names or shell globs (default: every cheap rezolus-ue event;"
-                   " a pattern takes costly events too)")
+                   help="event names or shell globs (default: every cheap rezolus-ue event,"
+                   " and otlp_metrics when the otel extra is installed, subscribed as soon"
+                   " as an application registers it; a pattern takes costly events too)")
     p.add_argument("--costly", action="store_true", help=COSTLY_HELP)
     p.add_argument("-f", "--format", choices=("text", "json"), default="text",
                    help="text (default) or JSON lines, for jq")
