@@ -27,8 +27,9 @@ import numpy as np
 import pytest
 
 from rezolus_ue.consume import exporter as ex
+from rezolus_ue.consume import otlp
 from rezolus_ue.consume import prometheus as prom
-from rezolus_ue.consume.records import Record
+from rezolus_ue.consume.records import APP_EVENTS, Record
 from rezolus_ue.errors import ConfigError, RezolusError
 from rezolus_ue.metrics import catalog, h2
 from rezolus_ue.metrics.family import Family, Kind, Oversampler, histogram_records
@@ -39,6 +40,8 @@ from rezolus_ue.schema import by_name, cheap
 S = 1_000_000_000
 MS = 1_000_000
 SCHEMAS = by_name()
+#: Applications' events, which the exporter follows beside ours where it can decode them.
+APPS = list(APP_EVENTS) if otlp.available() else []
 
 # --- realistic records ----------------------------------------------------------------------
 
@@ -1164,7 +1167,7 @@ def test_run_serves_and_stops_on_signal(scripted: type[ScriptedSubscription],
     sub = scripted.made[0]
     assert sub.wait and sub.closed and sub.polls == 3
     # Every cheap event, _dist included: a service scraped for ever attaches no BPF.
-    assert sub.wanted == cheap(SCHEMAS) and len(sub.wanted) < len(SCHEMAS)
+    assert sub.wanted == cheap(SCHEMAS) + APPS and len(sub.wanted) < len(SCHEMAS)
     fams = parse(sub.scraped.decode())
     assert one(fams, "rezolus_cpu_usage_busy_ratio", cpu="1") == 0.5
     assert before == {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -1185,7 +1188,7 @@ def test_run_costly_follows_every_event(scripted: type[ScriptedSubscription]) ->
     args = parser().parse_args(["exporter", "--listen", f"127.0.0.1:{scripted.port}",
                                 "--no-wait", "--costly"])
     assert ex.run(args) == 0
-    assert scripted.made[0].wanted == list(SCHEMAS)
+    assert scripted.made[0].wanted == list(SCHEMAS) + APPS
 
 
 def test_run_signal_while_waiting_for_the_agent(monkeypatch: pytest.MonkeyPatch) -> None:

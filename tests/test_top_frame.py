@@ -247,7 +247,8 @@ def test_every_table_sorts_by_columns_it_shows() -> None:
     from rezolus_ue.consume.top.keys import SORT_MODES
 
     tables = [p for p in PANELS if p.sorts]
-    assert {p.name for p in tables} == {"disks", "network", "cgroups", "processes"}
+    assert {p.name for p in tables} == {"disks", "network", "cgroups", "processes",
+                                        "applications"}
     for p in tables:
         module = importlib.import_module(f"rezolus_ue.consume.top.{p.name}")
         assert len(p.sorts) == len(SORT_MODES) and tuple(module.SORTS) == p.sorts

@@ -4,7 +4,9 @@ The exporter reads the ``user_events:rezolus_*`` tracepoints (``rezolus_ue:rezol
 the uprobe transport) like any consumer (or, with ``--from``, a recording), keeps the
 latest values in a ``prometheus.State`` and serves them as text exposition format 0.0.4 on
 ``GET /metrics`` (default ``http://127.0.0.1:9745/metrics``). Names, units, labels and
-staleness are ``prometheus``'s (docs/prometheus.md embeds its table).
+staleness are ``prometheus``'s (docs/prometheus.md embeds its table). Applications'
+OpenTelemetry metrics (``otlp_metrics``, from any process) are served beside them, named
+as OpenTelemetry's Prometheus exporters name them (docs/applications.md).
 
 I/O lives at the edges: ``serve_http`` (a ``ThreadingHTTPServer`` in a daemon thread; a
 scrape renders a snapshot copied under the lock, one render at a time, reused until the
@@ -27,7 +29,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ..config import path_arg
 from ..errors import ConfigError, RezolusError
-from .prometheus import DEFAULT_STALE, SELECTIONS, State, exposition
+from .prometheus import (
+    DEFAULT_MAX_APP_SERIES,
+    DEFAULT_STALE,
+    SELECTIONS,
+    State,
+    exposition,
+)
 from .records import Record
 from .source import COSTLY_HELP, RECORDING_HELP, Source
 
@@ -94,8 +102,9 @@ class Exporter:
     """
 
     def __init__(self, stale: int = DEFAULT_STALE, native_buckets: bool = False,
-                 clock: Callable[[], int] | None = time.monotonic_ns) -> None:
-        self.state = State(stale)
+                 clock: Callable[[], int] | None = time.monotonic_ns,
+                 max_app_series: int = DEFAULT_MAX_APP_SERIES) -> None:
+        self.state = State(stale, max_app_series=max_app_series)
         self.native_buckets = native_buckets
         self.renders = 0
         # None: data time (a replayed recording), the newest record's time, so that the
@@ -263,10 +272,13 @@ def run(args: argparse.Namespace) -> int:
     """Serve /metrics and follow the tracepoints until SIGINT/SIGTERM; return 0."""
     from ..api import open_source
     from ..schema import EVENTS, cheap
+    from . import otlp
+    from .records import APP_EVENTS
 
     host, port = args.listen
     exporter = Exporter(args.stale, args.native_buckets,
-                        clock=time.monotonic_ns if args.source is None else None)
+                        clock=time.monotonic_ns if args.source is None else None,
+                        max_app_series=args.max_app_series)
     # Bind first: a taken port fails at once.
     server = serve_http(host, port, exporter.body, exporter.index)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
@@ -277,6 +289,8 @@ def run(args: argparse.Namespace) -> int:
     events = [e.name for e in EVENTS if not (args.no_dist and e.name.endswith("_dist"))]
     if not (args.costly or args.source):  # a recording's costly events cost nothing now
         events = cheap(events)
+    if not args.no_apps and otlp.available():
+        events += list(APP_EVENTS)
     stop: list[int] = []
     following = threading.Event()
 
@@ -325,6 +339,13 @@ def _stale(text: str) -> int:
     return int(text)
 
 
+def _max_series(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 10_000_000:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of series from 0 to"
+                                         " 10000000")
+    return int(text)
+
+
 _DESCRIPTION = """\
 Follow the cheap rezolus-ue tracepoints (every one with --costly): user_events:rezolus_*,
 or rezolus_ue:rezolus_* on kernels without user_events (the uprobe transport; GET / says
@@ -333,7 +354,12 @@ Names are rezolus_<event>_<metric>: counters end in _total, ns and us become sec
 a ratio; *_dist quantiles become <gauge>_dist and <counter>_per_second gauges with a
 quantile label; histograms become summaries. A label set not seen for --stale publish
 intervals is dropped; a process, as soon as an interval leaves it out of its top N.
-docs/prometheus.md lists every name, with scrape configs and PromQL examples."""
+docs/prometheus.md lists every name, with scrape configs and PromQL examples.
+
+Applications' OpenTelemetry metrics (the otlp_metrics tracepoint, from any process; needs
+the otel extra) are served too, named as OpenTelemetry's Prometheus exporters name them,
+with pid and comm labels: delta points add up into counters and histograms; a process
+silent for --stale of its export intervals loses its series. docs/applications.md."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -367,6 +393,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    " (cheaper), and no quantile gauges are exported")
     p.add_argument("--costly", action="store_true",
                    help=COSTLY_HELP + "; without it their metrics are not exported")
+    p.add_argument("--max-app-series", metavar="N", type=_max_series,
+                   default=DEFAULT_MAX_APP_SERIES,
+                   help="hold at most N series of applications' metrics (a histogram's"
+                   " buckets, _sum and _count each count); the points of new series past it"
+                   " are dropped, counted as reason series_limit of"
+                   " rezolus_exporter_otlp_dropped_points_total"
+                   f" (default: {DEFAULT_MAX_APP_SERIES})")
+    p.add_argument("--no-apps", action="store_true",
+                   help="do not follow applications' otlp_metrics tracepoint")
     p.add_argument("--no-wait", action="store_true",
                    help="fail at once if the agent is not publishing, instead of waiting")
     p.add_argument("--from", dest="source", type=path_arg, metavar="FILE",

@@ -30,7 +30,13 @@ docs/prometheus.md embeds it):
   and ``_count``: the interval deltas that records carry, accumulated since the exporter
   started, cumulated over the H2 bucket upper edges from just below the lowest non-empty
   bucket to the highest, then ``+Inf``.
-* ``rezolus_exporter_*``: the exporter's own records, skipped and lost records.
+* ``rezolus_exporter_*``: the exporter's own records, skipped and lost records, and what
+  became of applications' data points (``rezolus_exporter_otlp_*``).
+* Applications' ``otlp_metrics`` data points (``AppState``) are named by the OpenTelemetry
+  specification's Prometheus compatibility rules instead: sanitised OTel names with unit
+  and ``_total`` suffixes, attributes as labels beside ``pid``, ``comm``, ``job``,
+  ``instance`` and ``otel_scope_name``, resource attributes in ``target_info``
+  (docs/applications.md).
 * A name that would collide with another family's is renamed in ``RENAMES`` (a test
   checks that no name collides and that every entry is still needed).
 
@@ -43,22 +49,36 @@ that does not name it (its ``closed_by`` event ends each interval).
 
 from __future__ import annotations
 
+import base64
 import copy
 import functools
+import json
+import logging
 import math
 import operator
-from collections.abc import Callable, Iterable, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..metrics import catalog, h2
 from ..metrics.family import DIST, HIST_QUANTILES, Family, Kind, Metric
+from ..otel.wire import EVENT as OTLP_EVENT
 from ..samplers.processes import PROCESS, PROCESSES
 from .records import Record
 
+if TYPE_CHECKING:
+    from .otlp import DataPoint, Decoder
+
+log = logging.getLogger("rezolus_ue")
+
 DEFAULT_STALE = 3
+#: Default cap on the applications' series held (Prometheus series: a histogram counts its
+#: buckets, ``_sum`` and ``_count``): ``exporter --max-app-series``.
+DEFAULT_MAX_APP_SERIES = 10_000
 
 # --- naming: derived from the catalog ------------------------------------------------------
 
@@ -197,6 +217,21 @@ SELF_METRICS = (
                1, ()),
     PromMetric("rezolus_exporter_lost_records_total", "counter",
                "records the kernel dropped before the exporter read them", "", "lost", 1, ()),
+    PromMetric("rezolus_exporter_otlp_points_total", "counter",
+               "data points of applications' otlp_metrics records the exporter decoded", "",
+               "otlp_points", 1, ()),
+    PromMetric("rezolus_exporter_otlp_dropped_points_total", "counter",
+               "applications' data points not exposed, by reason", "", "otlp_dropped", 1,
+               ("reason",)),
+    PromMetric("rezolus_exporter_otlp_malformed_records_total", "counter",
+               "applications' otlp_metrics records that could not be decoded, by kind", "",
+               "otlp_malformed", 1, ("kind",)),
+    PromMetric("rezolus_exporter_otlp_series", "gauge",
+               "Prometheus series of applications held (a histogram's buckets, _sum and"
+               " _count each count)", "", "otlp_series", 1, ()),
+    PromMetric("rezolus_exporter_otlp_series_limit", "gauge",
+               "the cap on the applications' series held (--max-app-series)", "",
+               "otlp_series_limit", 1, ()),
 )
 
 
@@ -251,18 +286,56 @@ def _drop(rows: dict[tuple, _Row], gone: Callable[[_Row], bool]) -> None:
 
 
 @dataclass
+class _Publishes:
+    """A publisher's publishes, counted from its records: a key seen again starts the next
+    one. An agent's event and an application (``otlp_metrics``) are counted alike."""
+
+    gen: int = 0
+    seen: set = field(default_factory=set)
+    gen_start_ns: int | None = None
+    interval_ns: int = 0  # between the last two publishes' first records (0: not yet)
+    seen_at_ns: int | None = None  # when its latest record arrived
+
+    def see(self, key: object, t_ns: int, now_ns: int) -> bool:
+        """Count a record of ``key`` written at ``t_ns``, arrived at ``now_ns``; return
+        whether it began the next publish."""
+        self.seen_at_ns = now_ns
+        if self.gen_start_ns is None:
+            self.gen_start_ns = t_ns
+        began = key in self.seen
+        if began:
+            self.gen += 1
+            if t_ns > self.gen_start_ns:
+                self.interval_ns = t_ns - self.gen_start_ns
+            self.gen_start_ns = t_ns
+            self.seen = set()
+        self.seen.add(key)
+        return began
+
+    def silent(self, now_ns: int, stale: int, interval_ns: int) -> bool:
+        """Return whether no record came for ``stale`` intervals of ``interval_ns``."""
+        return bool(interval_ns and self.seen_at_ns is not None
+                    and now_ns - self.seen_at_ns > stale * interval_ns)
+
+    def forget(self) -> None:
+        """Start counting afresh (its series were dropped)."""
+        self.seen = set()
+        self.gen_start_ns = self.seen_at_ns = None
+
+    def copy(self) -> _Publishes:
+        """Return an independent copy."""
+        return _Publishes(self.gen, set(self.seen), self.gen_start_ns, self.interval_ns,
+                          self.seen_at_ns)
+
+
+@dataclass
 class _Event:
-    """One event's decoding plan, and its publish tracking: keys seen in the current
-    publish, and when."""
+    """One event's decoding plan, and its publish tracking (``pub``)."""
 
     family: Family
     dist: bool
     metrics: dict[str, int]  # _dist: metric name -> scalar index
-    gen: int = 0
-    seen: set = field(default_factory=set)
-    gen_start_ns: int | None = None
-    interval_ns: int = 0
-    seen_at_ns: int | None = None
+    pub: _Publishes = field(default_factory=_Publishes)
     #: The selection event whose intervals this event's records end (``SELECTIONS``).
     closes: str | None = None
     #: A selection's: when the latest record of its ``closed_by`` event was written.
@@ -286,7 +359,9 @@ class State:
     """
 
     def __init__(self, stale: int = DEFAULT_STALE,
-                 families: Sequence[Family] = catalog.FAMILIES) -> None:
+                 families: Sequence[Family] = catalog.FAMILIES,
+                 max_app_series: int = DEFAULT_MAX_APP_SERIES,
+                 decoder: Decoder | None = None) -> None:
         if stale < 1:
             raise ValueError("stale must be at least 1 publish interval")
         self.stale = stale
@@ -295,6 +370,12 @@ class State:
         self.event_records: dict[str, int] = {}
         self.skipped = 0
         self.lost = 0
+        #: Applications' series, from ``otlp_metrics`` records.
+        self.apps = AppState(stale, max_app_series)
+        #: Malformed ``otlp_metrics`` records, by kind (``otlp.MalformedPayload.kind``).
+        self.otlp_malformed: dict[str, int] = {}
+        self._decoder = decoder
+        self._no_decoder = False
         self._events: dict[str, _Event] = {}
         for f in self.families:
             self._events[f.event] = _Event(f, False, {})
@@ -315,7 +396,10 @@ class State:
             counts[r.event] = counts.get(r.event, 0) + 1
             ev = self._events.get(r.event)
             if ev is None:
-                self.skipped += 1
+                if r.event == OTLP_EVENT:
+                    self._ingest_app(r, r.time_ns if now_ns is None else now_ns)
+                else:
+                    self.skipped += 1
                 continue
             try:
                 self._ingest(ev, r, r.time_ns if now_ns is None else now_ns)
@@ -334,11 +418,11 @@ class State:
                 raise KeyError(metric)
             key: tuple = (labels, metric)
             self._publish(ev, r.event, key, r.time_ns, now_ns)
-            rows[key] = _Row(ev.gen, values)
+            rows[key] = _Row(ev.pub.gen, values)
             return
         if not ev.hist:
             self._publish(ev, r.event, labels, r.time_ns, now_ns)
-            rows[labels] = _Row(ev.gen, values, t_ns=r.time_ns)
+            rows[labels] = _Row(ev.pub.gen, values, t_ns=r.time_ns)
             if ev.closes is not None:
                 self._close(ev.closes, r.time_ns)
             return
@@ -356,23 +440,66 @@ class State:
         buckets = h2.new_counts() if prev is None or prev.buckets is None else prev.buckets.copy()
         buckets[index] += entries["count"]
         total = (prev.total if prev else 0) + int(entries["count"].sum())
-        rows[labels] = _Row(ev.gen, values, ev.quantiles_of(fields), fields["count"], total,
+        rows[labels] = _Row(ev.pub.gen, values, ev.quantiles_of(fields), fields["count"], total,
                             buckets)
 
+    def _ingest_app(self, r: Record, now_ns: int) -> None:
+        decoder = self._decoder or self._new_decoder()
+        if decoder is None:  # the otel extra is missing
+            self.skipped += 1
+            return
+        unsupported = decoder.unsupported
+        points = decoder.points(r)
+        if not points:
+            self.otlp_malformed = dict(decoder.malformed)
+        if decoder.unsupported != unsupported:
+            d = self.apps.dropped
+            d["summary"] = d.get("summary", 0) + decoder.unsupported - unsupported
+        self.apps.add(points, r.time_ns, now_ns)
+
+    def _new_decoder(self) -> Decoder | None:
+        """Return the otlp_metrics decoder, made at the first record (None, said once,
+        without the ``otel`` extra: such records are then skipped)."""
+        if self._no_decoder:
+            return None
+        from .otlp import Decoder
+
+        try:
+            self._decoder = Decoder()
+        except ConfigError as e:
+            log.warning("%s", e)
+            self._no_decoder = True
+        return self._decoder
+
+    @property
+    def otlp_points(self) -> int:
+        """Return the applications' data points decoded."""
+        return self.apps.points
+
+    @property
+    def otlp_dropped(self) -> dict[str, int]:
+        """Return the applications' data points not exposed, by ``DROP_REASONS`` key."""
+        return self.apps.dropped
+
+    @property
+    def otlp_series(self) -> int:
+        """Return the applications' Prometheus series held."""
+        return self.apps.series
+
+    @property
+    def otlp_series_limit(self) -> int:
+        """Return the cap on the applications' series."""
+        return self.apps.max_series
+
     def _publish(self, ev: _Event, event: str, key: tuple, t_ns: int, now_ns: int) -> None:
-        """Count publishes: a key seen again starts the event's next one."""
-        ev.seen_at_ns = now_ns
-        if ev.gen_start_ns is None:
-            ev.gen_start_ns = t_ns
-        if key in ev.seen:
-            ev.gen += 1
-            if t_ns > ev.gen_start_ns:
-                ev.interval_ns = self._interval_ns = t_ns - ev.gen_start_ns
-            ev.gen_start_ns = t_ns
-            ev.seen = set()
-            gen, stale = ev.gen, self.stale
+        """Count publishes: a key seen again starts the event's next one, and drops the
+        label sets not seen for ``stale`` of them."""
+        pub = ev.pub
+        if pub.see(key, t_ns, now_ns):
+            if pub.interval_ns:
+                self._interval_ns = pub.interval_ns
+            gen, stale = pub.gen, self.stale
             _drop(self._rows[event], lambda row: gen - row.gen > stale)
-        ev.seen.add(key)
 
     def _close(self, event: str, t_ns: int) -> None:
         """End an interval of selection ``event`` at ``t_ns``: drop its series not seen
@@ -391,26 +518,26 @@ class State:
         return how many were dropped."""
         dropped = 0
         for name, ev in self._events.items():
-            interval = ev.interval_ns or self._interval_ns
-            if (interval and ev.seen_at_ns is not None
-                    and now_ns - ev.seen_at_ns > self.stale * interval):
+            if ev.pub.silent(now_ns, self.stale, ev.pub.interval_ns or self._interval_ns):
                 dropped += len(self._rows[name])
                 self._rows[name].clear()
-                ev.seen = set()
-                ev.gen_start_ns = ev.seen_at_ns = None
-        return dropped
+                ev.pub.forget()
+        return dropped + self.apps.prune(now_ns)
 
     def rows(self, event: str) -> dict[tuple, _Row]:
         """Return the rows of one event (keys: label tuples; ``_dist``: (labels, metric))."""
         return self._rows[event]
 
     def series(self) -> int:
-        """Return how many label sets are held."""
-        return sum(len(r) for r in self._rows.values())
+        """Return how many label sets are held (an application's metric's too)."""
+        return sum(len(r) for r in self._rows.values()) + self.apps.held()
 
     def series_by_event(self) -> dict[str, int]:
         """Return how many label sets each event has now, for the events with any."""
-        return {e: len(r) for e, r in self._rows.items() if r}
+        out = {e: len(r) for e, r in self._rows.items() if r}
+        if self.apps.held():
+            out[OTLP_EVENT] = self.apps.held()
+        return out
 
     def copy(self) -> State:
         """Return a snapshot: dicts copied, rows shared (they are never mutated)."""
@@ -419,8 +546,404 @@ class State:
         new._rows = {e: dict(r) for e, r in self._rows.items()}
         new._events = {e: copy.copy(ev) for e, ev in self._events.items()}
         for ev in new._events.values():
-            ev.seen = set(ev.seen)
+            ev.pub = ev.pub.copy()
+        new.apps = self.apps.copy()
+        new.otlp_malformed = dict(self.otlp_malformed)
         return new
+
+
+# --- application metrics: otlp_metrics, as OpenTelemetry's Prometheus exporters map them ---
+#
+# The rules of the OpenTelemetry specification's "Prometheus and OpenMetrics Compatibility"
+# (OTLP metric points to Prometheus), with the unit words of the Collector's translator.
+
+#: OTel (UCUM) units -> the Prometheus word a name ends with (values are not scaled: "ms"
+#: stays milliseconds). Unit "1" adds ``_ratio`` to gauges only, as the Collector does
+#: (many counters misuse it for counts); an unknown unit is sanitised and added as it is.
+UNIT_WORDS: dict[str, str] = {
+    "d": "days", "h": "hours", "min": "minutes", "s": "seconds", "ms": "milliseconds",
+    "us": "microseconds", "ns": "nanoseconds",
+    "By": "bytes", "KiBy": "kibibytes", "MiBy": "mebibytes", "GiBy": "gibibytes",
+    "TiBy": "tebibytes", "KBy": "kilobytes", "MBy": "megabytes", "GBy": "gigabytes",
+    "TBy": "terabytes",
+    "m": "meters", "V": "volts", "A": "amperes", "J": "joules", "W": "watts", "g": "grams",
+    "Cel": "celsius", "Hz": "hertz", "%": "percent", "1": "",
+}
+#: The denominator of ``a/b`` units: "By/s" is ``_bytes_per_second``.
+PER_UNIT_WORDS: dict[str, str] = {
+    "s": "second", "m": "minute", "h": "hour", "d": "day", "w": "week", "mo": "month",
+    "y": "year",
+}
+#: Labels the exporter puts on application series itself; an attribute of one of these
+#: names is exposed as ``exported_<name>``, as Prometheus renames a clashing target label.
+APP_LABELS = ("comm", "instance", "job", "le", "otel_scope_name", "pid")
+#: An application's export interval until two of its exports have been seen: the SDKs'
+#: default (``OTEL_METRIC_EXPORT_INTERVAL``, 60 s). Its series go after ``stale`` of them.
+APP_INTERVAL_NS = 60 * 10**9
+#: Names applications may not take: the exporter's own namespace, and the target info.
+RESERVED_PREFIX = "rezolus_"
+TARGET_INFO = "target_info"
+#: Why an application's data point was not exposed: the ``reason`` label of
+#: ``rezolus_exporter_otlp_dropped_points_total`` (docs/applications.md lists them).
+DROP_REASONS: dict[str, str] = {
+    "exponential_histogram": "exponential histograms need Prometheus native histograms,"
+    " which the text format cannot carry (the specification: SHOULD be dropped)",
+    "delta_non_monotonic": "a delta up-down sum has no level to add its deltas to"
+    " (the specification: MUST be dropped); SDKs publish up-down counters cumulative",
+    "summary": "summary points are not decoded: OTLP keeps them for compatibility and no"
+    " user_events exporter writes them",
+    "no_value": "the point carries no value",
+    "invalid_name": "the name has no character Prometheus allows",
+    "reserved_name": f"the name starts with {RESERVED_PREFIX} or is {TARGET_INFO}",
+    "name_conflict": "another application's metric of another type (or whose samples"
+    " would share a name) holds the name; the first one seen keeps it",
+    "series_limit": "a new series beyond --max-app-series",
+}
+
+_BAD_NAME = re.compile(r"[^a-zA-Z0-9_:]")
+_BAD_LABEL = re.compile(r"[^a-zA-Z0-9_]")
+_UNDERSCORES = re.compile(r"__+")
+_BRACES = re.compile(r"\{[^}]*\}")
+
+
+def sanitize_name(name: str) -> str:
+    """Return ``name`` as a Prometheus metric name: characters outside ``[a-zA-Z0-9_:]``
+    become ``_``, runs of ``_`` one, and a leading digit gets a ``_`` before it."""
+    out = _UNDERSCORES.sub("_", _BAD_NAME.sub("_", name))
+    return "_" + out if out[:1].isdigit() else out
+
+
+def sanitize_label(key: str) -> str:
+    """Return attribute ``key`` as a Prometheus label name (``[a-zA-Z_][a-zA-Z0-9_]*``);
+    a leading digit gets ``key_`` before it, as the Collector does."""
+    out = _UNDERSCORES.sub("_", _BAD_LABEL.sub("_", key))
+    return "key_" + out if out[:1].isdigit() else out
+
+
+def _unit_words(unit: str) -> tuple[list[str], str]:
+    """Return the name tokens of ``unit``'s main part, and its ``per`` word ("By/s":
+    (["bytes"], "second")); parts in braces (``{request}``, a count) are dropped."""
+    main, _sep, per = _BRACES.sub("", unit).partition("/")
+    main, per = main.strip(), per.strip()
+    words = [t for t in sanitize_name(UNIT_WORDS.get(main, main)).split("_") if t] \
+        if main else []
+    per_word = sanitize_name(PER_UNIT_WORDS.get(per, per)).strip("_") if per else ""
+    return words, per_word
+
+
+def app_name(name: str, unit: str, kind: str, monotonic: bool) -> str:
+    """Return the Prometheus name of an OTel metric: sanitised, then the unit's words
+    unless the name has them already, ``_ratio`` for a gauge of unit "1", and ``_total``
+    for a monotonic sum (after the unit, as the specification orders them)."""
+    counter = kind == "sum" and monotonic
+    base = sanitize_name(name)
+    if counter and base.endswith("_total"):
+        base = base[: -len("_total")]
+    tokens = base.split("_")
+    words, per = _unit_words(unit)
+    suffix = [w for w in words if w not in tokens]
+    if per and per not in tokens:
+        suffix += ["per", per]
+    if unit == "1" and kind == "gauge" and "ratio" not in tokens:
+        suffix.append("ratio")
+    out = "_".join(t for t in (base, *suffix) if t)
+    return f"{out}_total" if counter else out
+
+
+def app_type(kind: str, monotonic: bool, temporality: str) -> tuple[str, str]:
+    """Return (Prometheus type, ``DROP_REASONS`` key or ""): what a point of this kind
+    becomes, or why it is dropped."""
+    if kind == "gauge":
+        return "gauge", ""
+    if kind == "sum":
+        if monotonic:
+            return "counter", ""
+        return ("gauge", "") if temporality == "cumulative" else ("", "delta_non_monotonic")
+    if kind == "histogram":
+        return "histogram", ""
+    return "", "exponential_histogram"
+
+
+def attribute_text(value: object) -> str:
+    """Return an attribute value as label text, per the attribute specification: strings
+    as they are, booleans ``true``/``false``, arrays as JSON, bytes as base64."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode()
+    if isinstance(value, list | tuple | dict):
+        return json.dumps(value, separators=(",", ":"), default=str)
+    return str(value)
+
+
+def attribute_labels(attributes: Mapping[str, object], ours: Iterable[str] = APP_LABELS
+                     ) -> dict[str, str]:
+    """Return attributes as labels: names sanitised, one of ``ours`` as ``exported_<it>``;
+    keys that sanitise alike join their values with ``;`` in their keys' order."""
+    taken = set(ours)
+    out: dict[str, str] = {}
+    for key in sorted(attributes):
+        name = sanitize_label(key)
+        if not name:
+            continue
+        if name in taken:
+            name = f"exported_{name}"
+        text = attribute_text(attributes[key])
+        out[name] = f"{out[name]};{text}" if name in out else text
+    return out
+
+
+def _job_instance(resource: Mapping[str, object]) -> dict[str, str]:
+    """Return the ``job`` and ``instance`` labels of a resource: ``service.namespace/
+    service.name`` (or the name alone) and ``service.instance.id``, where present."""
+    out = {}
+    name = resource.get("service.name")
+    if name:
+        ns = resource.get("service.namespace")
+        out["job"] = f"{attribute_text(ns)}/{attribute_text(name)}" if ns \
+            else attribute_text(name)
+    inst = resource.get("service.instance.id")
+    if inst:
+        out["instance"] = attribute_text(inst)
+    return out
+
+
+_JOB_KEYS = ("service.name", "service.namespace", "service.instance.id")
+
+Labels = tuple[tuple[str, str], ...]
+
+
+class _AppRow(NamedTuple):
+    """One application series' value; never mutated (snapshots share it)."""
+
+    family: str
+    labels: Labels
+    value: int | float = 0  # counter, gauge
+    delta: bool = False  # accumulated from delta points
+    #: Kept while its publisher lives, when absent from its exports: delta streams and
+    #: gauges, which SDKs send only when they changed (a cumulative stream is sent every
+    #: export: absent, it is gone).
+    kept: bool = False
+    end_ns: int = 0  # the latest point's time (unix ns): a delta's next start
+    gen: int = 0  # its publisher's publish it was last seen in
+    count: int = 0  # histogram
+    sum: float | None = None  # histogram (None: a point came without one)
+    bounds: tuple[float, ...] = ()  # histogram: explicit bounds
+    counts: tuple[int, ...] = ()  # histogram: per bucket, len(bounds) + 1 (or none)
+    histogram: bool = False
+
+    @property
+    def cost(self) -> int:
+        """Return how many Prometheus series it makes: a histogram's buckets (``+Inf``
+        too), ``_sum`` and ``_count``."""
+        return len(self.bounds) + 3 if self.histogram else 1
+
+
+@dataclass
+class _AppFamily:
+    type: str
+    help: str
+    rows: int = 0  # series held, across publishers
+
+
+@dataclass
+class _Publisher:
+    """One application process: its publishes, series and target info."""
+
+    pub: _Publishes
+    target: Labels  # target_info's labels
+    rows: dict[tuple[str, Labels], _AppRow] = field(default_factory=dict)
+
+
+def _sample_names(name: str, ptype: str) -> tuple[str, ...]:
+    return (name, f"{name}_bucket", f"{name}_sum", f"{name}_count") \
+        if ptype == "histogram" else (name,)
+
+
+class AppState:
+    """Application series from decoded ``otlp_metrics`` data points; pure.
+
+    Delta points accumulate into cumulative series (a counter's total is the sum of its
+    deltas; a histogram's buckets, count and sum too); cumulative points and gauges
+    replace. A series is labelled by the point's attributes, the publisher's ``pid`` and
+    ``comm``, ``job``/``instance`` from its resource and ``otel_scope_name``. Publishes
+    are counted per publisher as for the agent's events: a publisher silent for ``stale``
+    of its export intervals loses every series, and a cumulative stream it left out of
+    ``stale`` exports goes (``_AppRow.kept``: delta streams and gauges stay).
+    """
+
+    def __init__(self, stale: int = DEFAULT_STALE,
+                 max_series: int = DEFAULT_MAX_APP_SERIES) -> None:
+        self.stale = stale
+        self.max_series = max_series
+        self.points = 0
+        self.dropped: dict[str, int] = {}
+        self._said: set[str] = set()  # the drop reasons logged
+        self.series = 0  # Prometheus series held (``_AppRow.cost`` summed)
+        self._families: dict[str, _AppFamily] = {}
+        self._owners: dict[str, str] = {}  # sample name -> its family
+        self._publishers: dict[tuple[int, str], _Publisher] = {}
+
+    def _drop(self, reason: str) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+    def add(self, points: Iterable[DataPoint], t_ns: int, now_ns: int | None = None) -> None:
+        """Take the data points of one record written at ``t_ns`` (CLOCK_MONOTONIC),
+        arrived at ``now_ns`` (default: ``t_ns``)."""
+        now = t_ns if now_ns is None else now_ns
+        for p in points:
+            self.points += 1
+            reason = self._add(p, t_ns, now)
+            if reason:
+                self._drop(reason)
+                if reason not in self._said:  # as the specification asks: once each
+                    self._said.add(reason)
+                    log.warning("pid %d (%s): %s dropped: %s; such points are counted in"
+                                " rezolus_exporter_otlp_dropped_points_total{reason=%r}",
+                                p.pid, p.comm, p.metric, DROP_REASONS[reason], reason)
+
+    def _add(self, p: DataPoint, t_ns: int, now_ns: int) -> str:
+        """Take one point; return why it was dropped ("" if it was not)."""
+        ptype, reason = app_type(p.kind, p.monotonic, p.temporality)
+        if reason:
+            return reason
+        hist = p.histogram
+        if (hist is None) if ptype == "histogram" else (p.value is None):
+            return "no_value"
+        if not sanitize_name(p.metric).strip("_"):
+            return "invalid_name"
+        name = app_name(p.metric, p.unit, p.kind, p.monotonic)
+        if name.startswith(RESERVED_PREFIX) or name == TARGET_INFO:
+            return "reserved_name"
+        job = _job_instance(p.resource)
+        labels = attribute_labels(p.attributes)
+        labels.update(job, pid=str(p.pid), comm=p.comm)
+        if p.scope:
+            labels["otel_scope_name"] = p.scope
+        key = (name, tuple(sorted(labels.items())))
+        publisher = self._publisher(p, job)
+        pub = publisher.pub
+        if pub.see(key, t_ns, now_ns):  # its next export: drop what it no longer sends
+            gen, stale = pub.gen, self.stale
+            for k in [k for k, r in publisher.rows.items()
+                      if not r.kept and gen - r.gen > stale]:
+                self._remove(publisher, k)
+        fam = self._families.get(name)
+        if fam is None:
+            if any(s in self._owners for s in _sample_names(name, ptype)):
+                return "name_conflict"
+        elif fam.type != ptype:
+            return "name_conflict"
+        prev = publisher.rows.get(key)
+        row = self._row(p, ptype, key, prev)
+        grow = row.cost - (prev.cost if prev is not None else 0)
+        if grow > 0 and self.series + grow > self.max_series:
+            return "series_limit"
+        if fam is None:
+            fam = self._families[name] = _AppFamily(ptype, p.description)
+            for s in _sample_names(name, ptype):
+                self._owners[s] = name
+        if prev is None:
+            fam.rows += 1
+        publisher.rows[key] = row._replace(gen=pub.gen)
+        self.series += grow
+        return ""
+
+    def _publisher(self, p: DataPoint, job: dict[str, str]) -> _Publisher:
+        """Return the publisher of ``p``, known from now on."""
+        pkey = (p.pid, p.comm)
+        publisher = self._publishers.get(pkey)
+        if publisher is None:
+            target = {**job, "pid": str(p.pid), "comm": p.comm, **attribute_labels(
+                {k: v for k, v in p.resource.items() if k not in _JOB_KEYS},
+                ("comm", "instance", "job", "pid"))}
+            publisher = self._publishers[pkey] = _Publisher(
+                _Publishes(), tuple(sorted(target.items())))
+        return publisher
+
+    @staticmethod
+    def _row(p: DataPoint, ptype: str, key: tuple[str, Labels], prev: _AppRow | None
+             ) -> _AppRow:
+        """Return the series after ``p``: a delta added to ``prev``, else ``p`` itself."""
+        delta = p.temporality == "delta"
+        kept = delta or p.kind == "gauge"
+        adds = delta and prev is not None and _continues(prev, p)
+        hist = p.histogram
+        if ptype != "histogram" or hist is None:
+            value = p.value if p.value is not None else 0
+            return _AppRow(key[0], key[1], prev.value + value if adds and prev else value,
+                           delta, kept, p.time_ns)
+        bounds = tuple(float(b) for b in hist.bounds)
+        counts = tuple(int(c) for c in hist.counts)
+        row = _AppRow(key[0], key[1], 0, delta, kept, p.time_ns, 0, int(hist.count),
+                      hist.sum, bounds, counts, True)
+        if not adds or prev is None or (prev.bounds, len(prev.counts)) != (bounds, len(counts)):
+            return row  # bounds changed: a new series, which Prometheus reads as a reset
+        return row._replace(
+            count=prev.count + row.count,
+            sum=None if prev.sum is None or hist.sum is None else prev.sum + hist.sum,
+            counts=tuple(map(operator.add, prev.counts, counts)))
+
+    def _remove(self, publisher: _Publisher, key: tuple[str, Labels]) -> None:
+        row = publisher.rows.pop(key)
+        self.series -= row.cost
+        fam = self._families[row.family]
+        fam.rows -= 1
+        if not fam.rows:  # the name is free again, for any type
+            del self._families[row.family]
+            for s in _sample_names(row.family, fam.type):
+                self._owners.pop(s, None)
+
+    def prune(self, now_ns: int) -> int:
+        """Drop every series of the publishers silent for ``stale`` export intervals;
+        return how many were dropped."""
+        dropped = 0
+        for pkey, publisher in list(self._publishers.items()):
+            pub = publisher.pub
+            if pub.silent(now_ns, self.stale, pub.interval_ns or APP_INTERVAL_NS):
+                dropped += len(publisher.rows)
+                for k in list(publisher.rows):
+                    self._remove(publisher, k)
+                del self._publishers[pkey]
+        return dropped
+
+    def rows(self) -> list[_AppRow]:
+        """Return every series, by family name and labels."""
+        return sorted((r for p in self._publishers.values() for r in p.rows.values()),
+                      key=lambda r: (r.family, r.labels))
+
+    def targets(self) -> list[Labels]:
+        """Return the target info labels of each publisher with series."""
+        return sorted(p.target for p in self._publishers.values() if p.rows)
+
+    def family(self, name: str) -> tuple[str, str]:
+        """Return (type, help) of an exposed family."""
+        fam = self._families[name]
+        return fam.type, fam.help
+
+    def held(self) -> int:
+        """Return how many label sets are held (a histogram's is one)."""
+        return sum(len(p.rows) for p in self._publishers.values())
+
+    def copy(self) -> AppState:
+        """Return a snapshot: dicts copied, rows shared (they are never mutated)."""
+        new = copy.copy(self)
+        new.dropped = dict(self.dropped)
+        new._said = set(self._said)
+        new._families = {k: copy.copy(f) for k, f in self._families.items()}
+        new._owners = dict(self._owners)
+        new._publishers = {k: _Publisher(p.pub.copy(), p.target, dict(p.rows))
+                           for k, p in self._publishers.items()}
+        return new
+
+
+def _continues(prev: _AppRow, p: DataPoint) -> bool:
+    """Return whether delta point ``p`` follows ``prev``: a start before the previous end
+    is another stream (the SDK restarted): its total starts again, which Prometheus reads
+    as a counter reset. A gap (points lost, or written while no one listened) continues."""
+    return prev.delta and not (p.start_ns and p.start_ns < prev.end_ns)
 
 
 # --- exposition: pure ---------------------------------------------------------------------
@@ -485,6 +1008,7 @@ def exposition(state: State, *, native_buckets: bool = False) -> str:
     out: list[str] = []
     for f in state.families:
         _family(out, state, f, native_buckets)
+    _applications(out, state.apps)
     for pm in SELF_METRICS:
         _head(out, pm)
         value = getattr(state, pm.source)
@@ -546,3 +1070,45 @@ def _buckets(out: list[str], pm: PromMetric, lab: _Labels, key: tuple, row: _Row
                    for i, c in zip(range(lo, hi + 1), cum, strict=True))
     out.append(f"{pm.name}_bucket{lab.extra(key, _LE_INF)} {row.total}\n")
     out.append(f"{pm.name}_count{lab.plain(key)} {row.total}\n")
+
+
+def _value(v: float) -> str:
+    """Return a sample value: integers exactly, floats in full (``repr``), non-finite
+    ones as the text format spells them."""
+    if isinstance(v, int):
+        return str(v)
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return repr(v)
+
+
+def _applications(out: list[str], apps: AppState) -> None:
+    """Add the applications' families (by name), then ``target_info``."""
+    name = None
+    for row in apps.rows():
+        if row.family != name:
+            name = row.family
+            ptype, text = apps.family(name)
+            if text:
+                out.append(f"# HELP {name} {escape_help(text)}\n")
+            out.append(f"# TYPE {name} {ptype}\n")
+        inner = ",".join(f'{k}="{escape_label(v)}"' for k, v in row.labels)
+        if ptype != "histogram":
+            out.append(f"{name}{{{inner}}} {_value(row.value)}\n")
+            continue
+        cum = 0
+        for bound, n in zip(row.bounds, row.counts, strict=False):
+            cum += n
+            out.append(f'{name}_bucket{{{inner},le="{_value(bound)}"}} {cum}\n')
+        out.append(f'{name}_bucket{{{inner},le="+Inf"}} {row.count}\n')
+        if row.sum is not None:
+            out.append(f"{name}_sum{{{inner}}} {_value(row.sum)}\n")
+        out.append(f"{name}_count{{{inner}}} {row.count}\n")
+    targets = apps.targets()
+    if targets:
+        out.append(f"# HELP {TARGET_INFO} Target metadata: each application's resource"
+                   f" attributes\n# TYPE {TARGET_INFO} gauge\n")
+        out.extend(TARGET_INFO + "{" + ",".join(f'{k}="{escape_label(v)}"' for k, v in t)
+                   + "} 1\n" for t in targets)

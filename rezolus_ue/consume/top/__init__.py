@@ -41,7 +41,7 @@ from ..records import Record
 from ..source import COSTLY_HELP, RECORDING_HELP
 from .frame import Model
 from .keys import KEYS, UiState, handle_key, split_keys
-from .registry import COSTLY_EVENTS, TOP_EVENTS, complete, new_model, top_events
+from .registry import COSTLY_EVENTS, TOP_EVENTS, complete, feed_events, new_model, top_events
 from .screen import render, render_screen
 
 # --- I/O: terminal, subscription, loop --------------------------------------------------
@@ -151,7 +151,8 @@ def subscribe(model: Model, costly: bool = False, wait: bool = True) -> Any:
     def note(message: str) -> None:
         model.waiting = message
 
-    sub = Subscription(top_events(costly), lazy=True, on_state=note, asked=False)
+    sub = Subscription(top_events(costly) + feed_events(), lazy=True, on_state=note,
+                       asked=False)
     if not wait and not sub.ready:
         sub.close()
         raise RezolusError(sub.state or "no rezolus-ue event is registered")
@@ -178,7 +179,8 @@ def _run_once(model: Model, wait: bool, source: str | None = None,
 
     from ...api import open_source
 
-    with open_source(source, top_events(costly), wait=wait, asked=False) as sub:
+    with open_source(source, top_events(costly) + feed_events(), wait=wait,
+                     asked=False) as sub:
         model.subscribed = tuple(sub.events)
         # The second frame is the first with a full interval; a third if we started
         # mid-tick and some rows had no earlier record to take a rate from.
@@ -213,7 +215,7 @@ def _run_live(model: Model, ui: UiState, wait: bool, source: str | None = None) 
     if source is not None:
         from ...api import open_source
 
-        sub = Paced(open_source(source, TOP_EVENTS))
+        sub = Paced(open_source(source, TOP_EVENTS + feed_events()))
     else:
         sub = None if wait else subscribe(model, ui.costly, wait=False)
     console = Console(highlight=False)
@@ -345,7 +347,10 @@ else for it:
 and with --costly (or key c) to the costly ones too, whose BPF programs every syscall,
 context switch, softirq, IO or packet pays for while top runs:
 """ + textwrap.fill(", ".join(COSTLY_EVENTS), 88, initial_indent="  ",
-                    subsequent_indent="  ")
+                    subsequent_indent="  ") + """
+
+Applications' OpenTelemetry metrics (otlp_metrics, from any process; with the otel extra)
+are read too, never waited for: the APP METRIC table shows once one publishes."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -356,8 +361,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         " processes",
         description="A top-style view of the running agent's tracepoints: load and pressure\n"
         "stalls, per-CPU busy bars with the interval's peak, memory, scheduler activity\n"
-        "and histograms, disk and network rates, the busiest cgroups and processes, and\n"
-        "the samplers that failed or cannot run, with why (key e lists every sampler).\n"
+        "and histograms, disk and network rates, the busiest cgroups and processes,\n"
+        "applications' OpenTelemetry metrics, and the samplers that failed or cannot\n"
+        "run, with why (key e lists every sampler).\n"
         "Redraws when an interval's records have arrived, not on a timer of its own.",
         epilog=_EPILOG,
     )

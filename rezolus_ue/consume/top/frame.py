@@ -20,6 +20,10 @@ between two of its records, so no row ever had a rate. An event that stopped alt
 (its sampler failed) loses its rows after three of its publish periods of data time.
 An event whose label sets change every publish (``Read.latest``: the busiest processes)
 counts publishes by batch instead, and shows only the latest publish's series.
+
+An application's event (``Feed``: OpenTelemetry's ``otlp_metrics``) is no family: its
+records go as they come to the accumulator its panel keeps, outside the batches (they
+follow the applications' clocks, not the agent's), and frames carry it to ``derive``.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -58,6 +62,25 @@ class Read:
         d = self.family.dist_schema
         return (self.family.event, d.name) if self.dist and d is not None else (
             self.family.event,)
+
+
+class Accumulator(Protocol):
+    """What a ``Feed``'s panel keeps of its records."""
+
+    def add(self, record: Record) -> None:
+        """Take one record."""
+        ...
+
+
+@dataclass(frozen=True)
+class Feed:
+    """An application's event a panel reads: each record goes to the panel's own
+    ``Accumulator`` (``new()`` makes one per model), which ``Frame.feeds`` hands to its
+    ``derive``. ``available()``: whether top can read it here (its decoder installed)."""
+
+    event: str
+    new: Callable[[], Accumulator]
+    available: Callable[[], bool] = lambda: True
 
 
 #: Publishes a ``Read.latest`` series is kept without a record: it may come back to the
@@ -214,6 +237,8 @@ class Frame:
     hists: dict[tuple, np.ndarray]
     #: Each event's publish period as measured from its records (0: not yet).
     periods: dict[str, int]
+    #: Each ``Feed`` event's accumulator (the model's own: read it, never keep it).
+    feeds: Mapping[str, Accumulator] = field(default_factory=dict)
 
     def of(self, event: str) -> list[tuple[tuple, Series]]:
         """Return the current series of ``event``."""
@@ -256,6 +281,7 @@ class Model:
         #: Set by the caller: the 1, 5 and 15 minute load averages (/proc/loadavg).
         self.loadavg: tuple[float, float, float] | None = None
         self._meta = _meta(r for p in self.panels for r in p.reads)
+        self._feeds = {fd.event: fd.new() for p in self.panels for fd in p.feeds}
         self._series: dict[tuple, Series] = {}
         self._pubs: dict[str, _Publishes] = {}
         self._dist_max: dict[tuple, int] = {}
@@ -285,6 +311,11 @@ class Model:
         for r in records:
             meta = meta_of(r.event)
             if meta is None:
+                feed = self._feeds.get(r.event)
+                if feed is not None:
+                    feed.add(r)
+                    self._records += 1
+                    self._frame_records += 1
                 continue
             f = r.fields
             if meta.base is not None:
@@ -404,7 +435,7 @@ class Model:
         for key in gone:
             del self._series[key]
         data = Frame(t, dt_s, by_event, self._dist_max, self._hists,
-                     {e: p.period_ns for e, p in pubs.items()})
+                     {e: p.period_ns for e, p in pubs.items()}, self._feeds)
         self.view = View(
             frame=frame, t_ns=t, dt_s=dt_s,
             events_per_s=self._frame_records / dt_s if dt_s else None,

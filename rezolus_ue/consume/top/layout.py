@@ -16,7 +16,7 @@ from typing import Literal
 
 from rich.text import Text
 
-from .frame import Frame, Model, Read, View
+from .frame import Feed, Frame, Model, Read, View
 from .keys import SORT_MODES, UiState
 from .widgets import Col, beside, fit, table
 
@@ -54,6 +54,8 @@ class Panel:
     sorts: tuple[str, ...] = ()
     #: Whether its rows of ``view`` have every rate (``--once`` waits for a frame that has).
     complete: Callable[[View], bool] | None = None
+    #: Applications' events it reads (``frame.Feed``), beside ``reads``.
+    feeds: tuple[Feed, ...] = ()
 
     def __post_init__(self) -> None:
         if self.sorts and len(self.sorts) != len(SORT_MODES):

@@ -4,7 +4,18 @@ subscribe to. Adding a panel is a module with its ``PANEL`` and one line here.""
 from __future__ import annotations
 
 from ...metrics.family import Cost
-from . import cgroups, cpu, disks, header, memory, network, processes, samplers, scheduler
+from . import (
+    applications,
+    cgroups,
+    cpu,
+    disks,
+    header,
+    memory,
+    network,
+    processes,
+    samplers,
+    scheduler,
+)
 from .frame import Model, View
 from .layout import Panel
 
@@ -20,6 +31,7 @@ PANELS: tuple[Panel, ...] = (
     network.PANEL,
     cgroups.PANEL,
     processes.PANEL,
+    applications.PANEL,
 )
 
 #: Every event top can show: only what its panels read, so the agent samples nothing
@@ -37,6 +49,12 @@ COSTLY_EVENTS: tuple[str, ...] = tuple(e for e in TOP_EVENTS if _COST[e] is Cost
 def top_events(costly: bool) -> tuple[str, ...]:
     """Return the events top subscribes to: the cheap ones, and the costly ones too."""
     return TOP_EVENTS if costly else tuple(e for e in TOP_EVENTS if e not in COSTLY_EVENTS)
+
+
+def feed_events() -> tuple[str, ...]:
+    """Return the applications' events top reads too (``frame.Feed``) where it can: never
+    waited for, shown when an application publishes them."""
+    return tuple(dict.fromkeys(fd.event for p in PANELS for fd in p.feeds if fd.available()))
 
 
 def new_model(interval_s: float = 1.0, host: str = "", kernel: str = "") -> Model:

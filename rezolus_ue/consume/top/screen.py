@@ -101,8 +101,10 @@ def render_screen(model: Model, width: int, height: int, ui: UiState) -> Screen:
 
 def _waiting(model: Model, width: int, ui: UiState) -> list[Text]:
     """Return the body before the first frame: what top waits for and subscribed to."""
-    subscribed = model.subscribed
     wanted = top_events(ui.costly)
+    # Applications' events are never waited for: what top awaits is the agent's.
+    subscribed = model.subscribed if model.subscribed is None else tuple(
+        e for e in model.subscribed if e in wanted)
     if subscribed is None:
         head = f"subscribing to {len(wanted)} events..."
     elif model.waiting:
