@@ -179,6 +179,23 @@ FIGURES = (
            r"real, 2000 asked, [^\n]*?ours / ps aux: ([\d.]+) x", "x", ""),
     Figure("processes", "processes sampler calls with no consumer",
            r"no consumer: (\d+) sampler calls", "calls", "0"),
+    # bench/otel.py: an application's OpenTelemetry export, per data point, on this host's
+    # transport (its section's first line names it).
+    Figure("otel", "OTel exporter: disabled check (exporter.enabled + branch)",
+           r"disabled check \(exporter\.enabled \+ branch\): ([\d.]+) ns", "ns", "<= 100 ns"),
+    Figure("otel", "OTel SDK: aggregation alone, per measurement",
+           r"\naggregation alone \(record\)\s+([\d.]+)", "ns", ""),
+    Figure("otel", "OTel export cycle per data point, no consumer (record + collect + check)",
+           r"\nUserEventsMetricExporter\s+([\d.]+)", "ns", ""),
+    Figure("otel", "the same / InMemoryMetricReader (same run)",
+           r"ratio export cycle, no consumer: ours / InMemoryMetricReader\s+([\d.]+) x", "x",
+           "~1x (the check adds nothing)"),
+    Figure("otel", "OTel export cycle per data point, consumer (every point written)",
+           r"\nUserEventsMetricExporter\s+[\d.]+\s+([\d.]+)", "ns", ""),
+    Figure("otel", "the same, OTLP/HTTP to a sink on 127.0.0.1",
+           r"\nOTLP/HTTP\s+[\d.]+\s+([\d.]+)", "ns", ""),
+    Figure("otel", "export() alone per data point, enabled: ours / OTLP-HTTP (same run)",
+           r"ratio export\(\) alone, enabled: ours / OTLP-HTTP\s+([\d.]+) x", "x", "<= 1x"),
 )
 
 
@@ -205,6 +222,8 @@ def commands(quick: bool, vm: str | None, rezolus: str | None = None) -> dict[st
         "transports": [py, "bench/transports.py", *(["-n", "20000", "--seconds", "3",
                                                       "--rounds", "1"] if quick else [])],
         "uprobe_enable": [py, "bench/uprobe_enable.py", *(["--rounds", "1"] if quick else [])],
+        "otel": [py, "bench/otel.py", *(["--series", "20", "-n", "3", "--rounds", "3"] if quick
+                                        else [])],
         # Last: its emulated CPU loads the machine long after it exits.
         **({"publish_vm": [py, "bench/publish.py", "-n", "20000" if quick else "200000",
                            "--vm", vm],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -218,6 +219,19 @@ def test_memory_profiles_measures_the_agent_in_a_process_of_its_own(
     rows = {f.name: v for f, v in all_.extract({"memory_profiles": capsys.readouterr().out})
             if f.bench == "memory_profiles"}
     assert sum(v.endswith(" MB") for v in rows.values()) == 2, rows
+
+
+@pytest.mark.host
+@pytest.mark.skipif(os.geteuid() != 0, reason="a consumer enables otlp_metrics (root)")
+def test_otel_times_every_configuration_with_and_without_a_consumer() -> None:
+    """bench/otel.py times each exporter with no consumer and with one, and prints every
+    figure bench/all.py extracts."""
+    out = subprocess.run([sys.executable, str(BENCH / "otel.py"), "--series", "3", "-n", "1",
+                          "--rounds", "1"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = {f.name: v for f, v in load("all").extract({"otel": out.stdout}) if f.bench == "otel"}
+    assert rows and all(v.endswith((" ns", " x")) for v in rows.values()), (rows, out.stdout)
+    assert re.search(r"records written with the consumer: [1-9]\d*, dropped: 0", out.stdout)
 
 
 def test_top_times_a_frame_with_every_panel() -> None:
