@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: The files a reader follows. docs/events.md and docs/samplers.md are generated
 #: references without examples; docs/PERFORMANCE.md holds benchmark output only.
 SOURCES = ("README.md", "docs/api.md", "docs/recording.md", "docs/prometheus.md",
+           "docs/applications.md",
            "docs/security.md", "docs/kernels.md", "docs/events.md", "docs/samplers.md",
            "docs/PERFORMANCE.md", "man/rezolus-ue.8", "man/rezolus-ue.toml.5")
 SHELL_LANGS = ("console", "sh")
@@ -291,6 +292,16 @@ K = "tests/kernel/test_doc_examples.py::"
 #: Runs in the kernel tier: the forms naming user_events' group, and the examples about
 #: user_events itself.
 KU = "tests/kernel/test_doc_examples_user_events.py::"
+#: docs/applications.md's examples, run by the tests of applications on each transport:
+#: on this host (uprobe tier) and in the kernel tier (user_events).
+AU = "tests/uprobe/test_otel_app.py::"
+AK = "tests/kernel/test_otel_user_events.py::"
+#: Where each transport's forms run: on this host, or in the kernel tier.
+RUN_IN = {"uprobe": (K, AU), "user_events": (KU, AK)}
+PERF_WHY = ("a fixed sleep would depend on the machine's speed: the test stops perf once"
+            " the example service has counted three records written")
+GROUP_WHY = ("the kernel tier shares this machine's root, so the test adds no group or user"
+             " there: nobody's own group gets the same access, restored after")
 U = "tests/test_doc_examples.py::"
 NO_SYSTEMD = ("needs systemd as PID 1, which the test VM (virtme-ng) does not boot;"
               " tests/test_service_cmd.py verifies the units with systemd-analyze")
@@ -475,6 +486,25 @@ EXERCISED: dict[str, Ran | NotRun] = {
     "rmdir instances/rezolus": Ran(K + "test_man_page_consuming"),
     "trace-cmd record -e rezolus_cpu_usage sleep 5": Ran(KU + "test_trace_cmd"),
     "trace-cmd report": Ran(KU + "test_trace_cmd"),
+    "python: import random": Ran(AU + "test_an_unprivileged_app_publishes_otlp_metrics"
+                                      "_that_perf_sees"),
+    "perf record -e user_events:otlp_metrics -a -- sleep 10 && perf script": Ran(
+        AK + "test_the_example_service_publishes_otlp_metrics_without_an_agent",
+        as_run="perf record -q -e user_events:otlp_metrics -a -o FILE, stopped after three"
+        " records, then perf script -i FILE", why=PERF_WHY),
+    "perf record -e rezolus_ue:otlp_metrics -a -- sleep 10 && perf script": Ran(
+        AU + "test_an_unprivileged_app_publishes_otlp_metrics_that_perf_sees",
+        as_run="perf record -q -e rezolus_ue:otlp_metrics -a -o FILE, stopped after three"
+        " records, then perf script -i FILE", why=PERF_WHY),
+    "groupadd --system tracing": Ran(
+        AK + "test_an_unprivileged_service_needs_only_write_access_to_user_events_data",
+        as_run="nobody's own group", why=GROUP_WHY),
+    "chgrp tracing /sys/kernel/tracing /sys/kernel/tracing/user_events_data": Ran(
+        AK + "test_an_unprivileged_service_needs_only_write_access_to_user_events_data",
+        as_run="chown to nobody's group", why=GROUP_WHY),
+    "usermod -a -G tracing checkout": Ran(
+        AK + "test_an_unprivileged_service_needs_only_write_access_to_user_events_data",
+        as_run="the service runs as nobody, in its own group", why=GROUP_WHY),
     "chgrp tracing /sys/kernel/tracing/user_events_data": Ran(KU + "test_tracing_group"),
     "chmod g+rw /sys/kernel/tracing/user_events_data": Ran(KU + "test_tracing_group"),
     "chgrp tracing /sys/kernel/tracing": Ran(KU + "test_tracing_group"),

@@ -75,11 +75,10 @@ def test_a_command_naming_one_transport_shows_the_other_too() -> None:
 def test_each_form_runs_where_its_transport_is() -> None:
     """The uprobe form of a command runs on this host (test_doc_examples.py), the
     user_events form in the kernel tier (test_doc_examples_user_events.py)."""
-    where = {"uprobe": d.K, "user_events": d.KU}
     for key, how in d.EXERCISED.items():
         t = d.transport_of(key)
         if t is not None and isinstance(how, d.Ran):
-            assert how.test.startswith(where[t]), f"{key!r}: run by {how.test}"
+            assert how.test.startswith(d.RUN_IN[t]), f"{key!r}: run by {how.test}"
 
 
 @pytest.mark.parametrize(("text", "transport", "twin"), [

@@ -6,22 +6,14 @@ Rust and .NET exporters write them; it also runs as an unprivileged user given o
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from example_service import NOBODY, Service, perf_records, service
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
-from waiting import running, scaled
 
 from rezolus_ue.linux.perf_ring import TracepointSubscription
 from rezolus_ue.otel import wire
@@ -31,55 +23,8 @@ from .conftest import wait_for
 pytestmark = pytest.mark.kernel
 G = "user_events"
 ROOT = Path(__file__).resolve().parents[2]
-APP = ROOT / "tests" / "fixtures" / "docs_example_app.py"
-NOBODY = 65534
 #: The Rust exporter's registration string: a trailing ';' the .NET one lacks.
 RUST_EVENT_DEF = "otlp_metrics u32 protocol;char[8] version;__rel_loc u8[] buffer;"
-
-
-class Service:
-    """The docs' example service (as ``user``, if given), its counters in a status file."""
-
-    def __init__(self, user: int | None = None) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="otel-app-"))
-        self.dir.chmod(0o777)
-        self.status = self.dir / "status.json"
-        self.log = self.dir / "app.log"
-        prefix = [] if user is None else ["setpriv", f"--reuid={user}", f"--regid={user}",
-                                          "--clear-groups"]
-        with self.log.open("w") as out:
-            self.proc = subprocess.Popen([*prefix, sys.executable, str(APP), str(self.status)],
-                                         cwd=self.dir, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
-
-    def output(self) -> str:
-        return self.log.read_text()
-
-    def counters(self) -> dict:
-        running(self.proc, self.output, "the example service")
-        try:
-            return json.loads(self.status.read_text())
-        except FileNotFoundError:
-            return {}
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=scaled(30))
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def service(user: int | None = None) -> Iterator[Service]:
-    s = Service(user)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def _requests(tracefs, s: Service, count: int = 3) -> list[bytes]:
@@ -127,23 +72,8 @@ def test_the_example_service_publishes_otlp_metrics_without_an_agent(tracefs, ue
         # A Rust application on the same host registers the same event (its string's
         # trailing ';' is no other format), so both write into one tracepoint.
         ue.register(RUST_EVENT_DEF).unregister()
-        data = tmp_path / "perf.data"
-        perf = subprocess.Popen(["perf", "record", "-q", "-e", f"{G}:{wire.EVENT}", "-a",
-                                 "-o", str(data)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        try:
-            start = s.counters()["written"]
-            wait_for(lambda: s.counters()["written"] >= start + 3, timeout=60,
-                     what="3 more records while perf records", seen=s.counters)
-        finally:
-            perf.send_signal(signal.SIGINT)
-            _, err = perf.communicate(timeout=scaled(60))
-        assert perf.returncode in (0, -signal.SIGINT), err
-    script = subprocess.run(["perf", "script", "-i", str(data)], capture_output=True,
-                            text=True, timeout=120)
-    assert script.returncode == 0, script.stderr[-2000:]
-    lines = [ln for ln in script.stdout.splitlines() if f"{G}:{wire.EVENT}:" in ln]
-    assert len(lines) >= 3, script.stdout[-2000:]
+        lines, wrote = perf_records(s, f"{G}:{wire.EVENT}", tmp_path / "perf.data")
+    assert len(lines) >= wrote >= 3, (wrote, lines)
     assert all("protocol=0" in ln and "v0.19.00" in ln for ln in lines), lines[:3]
 
 

@@ -1,47 +1,34 @@
 """``tail`` and ``record`` read an application's OpenTelemetry metrics on the uprobe
-transport: the example service of docs/applications.md (``tests/otel_app.py``) publishes
-``rezolus_ue:otlp_metrics`` through the stub, the installed CLI decodes its data points and
-names the process that wrote them.
+transport: the example service of docs/applications.md (``tests/example_service.py``)
+publishes ``rezolus_ue:otlp_metrics`` through the stub, the installed CLI decodes its data
+points and names the process that wrote them.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from example_service import Service, service
 from kernel.conftest import wait_for
-from waiting import running, scaled
+from waiting import scaled
 
-from .conftest import CLI, ROOT
+from .conftest import CLI
 
 pytestmark = pytest.mark.uprobe
 
 
 @pytest.fixture
-def app(agent, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:  # type: ignore[no-untyped-def]
+def app(agent) -> Iterator[Service]:  # type: ignore[no-untyped-def]
     """The example service, once it has exported (to nobody) on the uprobe transport."""
-    status = tmp_path / "app.json"
-    log = tmp_path / "app.log"
-    with open(log, "w") as out:
-        p = subprocess.Popen([sys.executable, str(ROOT / "tests" / "otel_app.py"), str(status)],
-                             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True,
-                             stdin=subprocess.DEVNULL)
-    try:
-        def exported() -> object:
-            running(p, log.read_text, "the example service")
-            return status.exists() and json.loads(status.read_text())
-
-        seen = wait_for(exported, timeout=120, step=0.1, what="the service's first export",
-                        seen=log.read_text)
+    with service() as s:
+        seen = wait_for(lambda: s.counters(), timeout=120, step=0.1,
+                        what="the service's first export", seen=s.output)
         assert seen["transport"] == "uprobe", seen
-        yield p
-    finally:
-        p.terminate()
-        p.wait(timeout=scaled(60))
+        yield s
 
 
 def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -50,13 +37,13 @@ def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_tail_and_record_decode_an_applications_points(app, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    comm = Path(f"/proc/{app.pid}/comm").read_text().strip()
+    comm = Path(f"/proc/{app.proc.pid}/comm").read_text().strip()
     p = _cli("tail", "otlp_metrics", "--format", "json", "-n", "4")
     assert p.returncode == 0, p.stderr
     points = [json.loads(ln) for ln in p.stdout.splitlines()]
     assert len(points) == 4, p.stdout
     for pt in points:
-        assert (pt["event"], pt["pid"], pt["comm"]) == ("otlp_metrics", app.pid, comm), pt
+        assert (pt["event"], pt["pid"], pt["comm"]) == ("otlp_metrics", app.proc.pid, comm), pt
         assert pt["attributes"] == {"route": "/pay"} and pt["scope"] == "checkout", pt
         assert pt["resource"]["service.name"] == "checkout", pt
         assert pt["temporality"] == "delta", pt
@@ -71,7 +58,7 @@ def test_tail_and_record_decode_an_applications_points(app, tmp_path: Path) -> N
 
     p = _cli("tail", "otlp_metrics", "-n", "1")
     assert p.returncode == 0, p.stderr
-    assert "otlp_metrics: checkout." in p.stdout and f"pid={app.pid} comm={comm}" in p.stdout
+    assert "otlp_metrics: checkout." in p.stdout and f"pid={app.proc.pid} comm={comm}" in p.stdout
 
     rec = tmp_path / "rec.rzr"
     p = _cli("record", "--duration", "3s", str(rec), "otlp_metrics")
@@ -80,4 +67,4 @@ def test_tail_and_record_decode_an_applications_points(app, tmp_path: Path) -> N
     assert p.returncode == 0, p.stderr
     got = [json.loads(ln) for ln in p.stdout.splitlines()]
     assert got and {(g["metric"], g["pid"], g["comm"]) for g in got} <= {
-        ("checkout.requests", app.pid, comm), ("checkout.duration", app.pid, comm)}, got
+        ("checkout.requests", app.proc.pid, comm), ("checkout.duration", app.proc.pid, comm)}, got
