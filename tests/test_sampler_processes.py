@@ -32,12 +32,12 @@ from rezolus_ue.samplers.processes.sampler import (
     parse_cgroup,
     parse_io,
     parse_loadavg,
-    parse_proc_stat,
     parse_stat,
     parse_status,
     schedstat_works,
 )
 from rezolus_ue.samplers.ranked import Kept, growth, rank
+from rezolus_ue.samplers.scheduler.sampler import parse_stat_scheduler
 
 FIXTURE = Path(__file__).parent / "fixtures" / "procfs" / "processes"
 TICK = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
@@ -499,7 +499,8 @@ def test_parsers_of_the_other_files() -> None:
     assert parse_status((FIXTURE / "400" / "status").read_bytes()) == (4000000, 777, 66)
     assert parse_status(b"Name:\tx\n") == (0, 0, 0)
     assert parse_loadavg(b"1.25 0.50 0.05 3/123 4567\n") == (1250, 500, 50, 123)
-    assert parse_proc_stat((FIXTURE / "stat").read_bytes()) == (2, 1, 217282)
+    # The summary reads /proc/stat as the scheduler sampler does: forks, running, blocked.
+    assert parse_stat_scheduler((FIXTURE / "stat").read_bytes())[1:] == (217282, 2, 1)
 
 
 @pytest.mark.parametrize(("text", "want"), [

@@ -20,6 +20,7 @@ from ...metrics.family import Family
 from ..base import Sampler, SharedFile
 from ..cgroup.sampler import truncate_label
 from ..ranked import Kept, rank
+from ..scheduler.sampler import parse_stat_scheduler
 from . import COMM, FAMILIES, OPTIONS, PROCESS, PROCESSES, USER
 
 #: errno of a process that exited while it was read: its directory is gone at open
@@ -131,21 +132,6 @@ def parse_loadavg(data: bytes) -> tuple[int, int, int, int]:
 def _milli(text: bytes) -> int:
     whole, _, frac = text.partition(b".")
     return int(whole) * 1000 + int((frac + b"000")[:3])
-
-
-def parse_proc_stat(data: bytes) -> tuple[int, int, int]:
-    """Return (procs_running, procs_blocked, processes) of /proc/stat."""
-    return (_line_int(data, b"\nprocs_running "), _line_int(data, b"\nprocs_blocked "),
-            _line_int(data, b"\nprocesses "))
-
-
-def _line_int(data: bytes, key: bytes) -> int:
-    at = data.find(key)
-    if at < 0:
-        return 0
-    at += len(key)
-    end = data.find(b"\n", at)
-    return int(data[at:end if end >= 0 else len(data)])
 
 
 class Published(NamedTuple):
@@ -587,8 +573,9 @@ class Processes(Sampler):
             slot = _STATE_SLOTS.get(state)
             if slot is not None:
                 counts[slot] += n
-        running, blocked, forks = (parse_proc_stat(raw.proc_stat)
-                                   if raw.proc_stat is not None else (0, 0, 0))
+        # /proc/stat as the scheduler sampler reads it (the same file, read once a tick).
+        _ctxt, forks, running, blocked = (parse_stat_scheduler(raw.proc_stat)
+                                          if raw.proc_stat is not None else (0, 0, 0, 0))
         l1, l5, l15, threads = (parse_loadavg(raw.loadavg) if raw.loadavg is not None
                                 else (0, 0, 0, 0))
         published = len(raw.published) if raw.published is not None else 0
