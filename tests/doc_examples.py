@@ -402,9 +402,9 @@ EXERCISED: dict[str, Ran | NotRun] = {
     "sudo rezolus-ue dump --format parquet incident/": Ran(K + "test_flight_recorder"),
     "sudo kill -USR1 $(cat /var/lib/rezolus-ue/ring/recorder.pid)": Ran(
         K + "test_flight_recorder"),
-    "python: from rezolus_ue.consume.recfile import read_meta, read_records": Ran(
+    "python: from rezolus_ue.consume.recording import read_meta, read_records": Ran(
         K + "test_recording"),
-    "python: from rezolus_ue.consume.recfile import to_pandas": Ran(K + "test_recording"),
+    "python: from rezolus_ue.consume.recording import to_pandas": Ran(K + "test_recording"),
     "python: import duckdb": Ran(K + "test_recording"),
     # docs/api.md
     "python: import sys": Ran("tests/test_api.py::"

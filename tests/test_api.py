@@ -1,7 +1,7 @@
 """The API for local agents (``rezolus_ue.subscribe``) and the one record source behind
 every consumer: docs/api.md's example agent, and ``top``/``exporter --from`` on recordings.
 
-Recordings are written with ``recfile`` from records packed and decoded as a live
+Recordings are written with ``recording.files`` from records packed and decoded as a live
 subscription delivers them; no kernel is involved (tests/kernel/test_consume.py covers
 the live source).
 """
@@ -22,7 +22,8 @@ import pytest
 from test_recorder import COMMS, LONG_CGROUP, workload
 
 import rezolus_ue
-from rezolus_ue.consume import recblocks, recfile
+from rezolus_ue.consume.recording import blocks as recblocks
+from rezolus_ue.consume.recording import files as recfile
 from rezolus_ue.consume.records import JSON_META, Record, record_from_json
 from rezolus_ue.consume.source import JsonLinesSource, RecordingSource, open_source
 from rezolus_ue.consume.top import Paced

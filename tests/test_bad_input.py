@@ -30,9 +30,12 @@ from test_recorder import workload
 from waiting import scaled, wait_for
 
 from rezolus_ue import cli, config
-from rezolus_ue.consume import dump, recblocks, recfile, recparquet
-from rezolus_ue.consume.recblocks import KIND_DATA, RecordingError, ScanStats, encode_block
-from rezolus_ue.consume.recfile import read_records
+from rezolus_ue.consume.recording import blocks as recblocks
+from rezolus_ue.consume.recording import dump
+from rezolus_ue.consume.recording import files as recfile
+from rezolus_ue.consume.recording import parquet as recparquet
+from rezolus_ue.consume.recording.blocks import KIND_DATA, RecordingError, ScanStats, encode_block
+from rezolus_ue.consume.recording.files import read_records
 from rezolus_ue.consume.records import Record
 from rezolus_ue.errors import ConfigError, os_error_text
 from rezolus_ue.samplers import options

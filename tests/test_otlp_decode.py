@@ -27,7 +27,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.common.v1 import common_pb2 as common
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as m
 
-from rezolus_ue.consume import otlp, recfile, recparquet, tail
+from rezolus_ue.consume import otlp, tail
 from rezolus_ue.consume.otlp import (
     DataPoint,
     Decoder,
@@ -37,6 +37,8 @@ from rezolus_ue.consume.otlp import (
     Publishers,
 )
 from rezolus_ue.consume.readiness import AgentSeen, Situation, Verdict, Watch, explain
+from rezolus_ue.consume.recording import files as recfile
+from rezolus_ue.consume.recording import parquet as recparquet
 from rezolus_ue.consume.records import Record, record_from_json
 from rezolus_ue.consume.subscription import Subscription, decode_fields, resolve_events
 from rezolus_ue.errors import ConfigError

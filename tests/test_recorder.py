@@ -26,9 +26,14 @@ import pytest
 from waiting import wait_for
 
 from rezolus_ue.cli_base import Parser as _Parser
-from rezolus_ue.consume import dump, recblocks, recfile, recorder, recparquet, rectables, segments
-from rezolus_ue.consume.recblocks import RecordingError, ScanStats
-from rezolus_ue.consume.recfile import read_records
+from rezolus_ue.consume.recording import blocks as recblocks
+from rezolus_ue.consume.recording import dump, recorder
+from rezolus_ue.consume.recording import files as recfile
+from rezolus_ue.consume.recording import parquet as recparquet
+from rezolus_ue.consume.recording import ring as segments
+from rezolus_ue.consume.recording import tables as rectables
+from rezolus_ue.consume.recording.blocks import RecordingError, ScanStats
+from rezolus_ue.consume.recording.files import read_records
 from rezolus_ue.consume.records import Record, record_from_json
 from rezolus_ue.errors import RezolusError
 from rezolus_ue.metrics import h2

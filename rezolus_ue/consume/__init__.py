@@ -4,11 +4,12 @@ One record source, many consumers (``rezolus_ue.api`` is the public face):
 
 * records: ``records`` (Record: fields apart from metadata, Histogram, the JSON form);
   ``source`` (open_source: live or a recording), ``subscription`` (the live one:
-  perf_event_open rings).
-* recordings: ``recblocks`` (framing, CRC) < ``rectables`` (columnar tables) <
-  ``recparquet`` (Parquet) < ``recfile`` (whole recordings, output files);
-  ``segments`` (the flight recorder's ring directory).
-* commands: ``tail``; ``record`` in ``recorder``; ``dump``; ``exporter`` (HTTP) over
-  ``prometheus`` (names, state, exposition); ``top``, a package: a module per panel over
-  ``frame`` (the model), ``layout``, ``widgets`` and ``keys`` (its ``__init__`` has the map).
+  perf_event_open rings), ``readiness`` (why records do not come), ``otlp``
+  (applications' OpenTelemetry points).
+* ``recording``, a package: recordings in every format behind one reader and one writer
+  (the native format, Parquet, the flight recorder's ring), and the ``record`` and
+  ``dump`` commands.
+* commands: ``tail``; ``exporter`` (HTTP) over ``prometheus`` (names, state, exposition);
+  ``top``, a package: a module per panel over ``frame`` (the model), ``layout``,
+  ``widgets`` and ``keys`` (its ``__init__`` has the map).
 """

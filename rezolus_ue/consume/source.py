@@ -2,7 +2,7 @@
 
 ``open_source(None, events)`` is the live ``Subscription``; ``open_source(PATH, events)``
 replays a recording (a native ``.rzr`` file, a flight recorder's ring directory, a Parquet
-recording or one of its files: whatever ``recfile.read_records`` reads). Both are
+recording or one of its files: whatever ``recording.read_records`` reads). Both are
 ``Source``s: ``poll`` returns the next records in time order, as the same ``Record``
 objects, so ``tail``, ``top``, ``record`` and ``exporter`` (and ``rezolus_ue.subscribe``)
 read any of them alike. A source that will yield nothing more is ``exhausted``; a live
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..errors import ConfigError, os_error_text
-from .recfile import read_meta, read_records
+from .recording import read_meta, read_records
 from .records import Record, record_from_json
 
 #: What ``--from FILE`` takes, for the commands' help.

@@ -39,7 +39,7 @@ import pytest
 from waiting import scaled, wait_output
 
 from rezolus_ue.agent import read_status
-from rezolus_ue.consume.recfile import read_records
+from rezolus_ue.consume.recording.files import read_records
 from rezolus_ue.schema import CPU_USAGE, EVENTS, GROUPS
 
 from .conftest import Bus, wait_for
@@ -402,8 +402,8 @@ def test_recording(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
     sh.run("rezolus-ue dump --from run.rzr --format parquet run/", cwd=rec)
     assert (rec / "run" / "rezolus_cpu_usage.parquet").is_file()
 
-    for first in ("from rezolus_ue.consume.recfile import read_meta, read_records",
-                  "from rezolus_ue.consume.recfile import to_pandas", "import duckdb"):
+    for first in ("from rezolus_ue.consume.recording import read_meta, read_records",
+                  "from rezolus_ue.consume.recording import to_pandas", "import duckdb"):
         key = f"python: {first}"
         sh.command(key, None)
         p = subprocess.run([sys.executable, "-c", _python_block(first)], cwd=rec,
@@ -411,7 +411,7 @@ def test_recording(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
         assert p.returncode == 0 and p.stdout.strip(), f"{key}:\n{p.stdout}{p.stderr}"
     # read_records prints wall time, the cpu field, user_ns: one line per CPU and record.
     p = subprocess.run([sys.executable, "-c", _python_block(
-        "from rezolus_ue.consume.recfile import read_meta, read_records")], cwd=rec,
+        "from rezolus_ue.consume.recording import read_meta, read_records")], cwd=rec,
         capture_output=True, text=True, timeout=scaled(300))
     cpus = {int(ln.split()[1]) for ln in p.stdout.splitlines()}
     assert cpus == set(range(os.cpu_count() or 1)), p.stdout

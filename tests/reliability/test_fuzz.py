@@ -30,8 +30,11 @@ from test_config import _DOCS
 from test_recorder import workload
 
 from rezolus_ue import cli, config
-from rezolus_ue.consume import dump, recblocks, recfile, recparquet
-from rezolus_ue.consume.recblocks import KIND_DATA, RecordingError, ScanStats
+from rezolus_ue.consume.recording import blocks as recblocks
+from rezolus_ue.consume.recording import dump
+from rezolus_ue.consume.recording import files as recfile
+from rezolus_ue.consume.recording import parquet as recparquet
+from rezolus_ue.consume.recording.blocks import KIND_DATA, RecordingError, ScanStats
 from rezolus_ue.consume.records import Record
 from rezolus_ue.errors import ConfigError
 from rezolus_ue.samplers import options

@@ -302,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
         uname = os.uname()
         model = new_model(args.interval, host=uname.nodename, kernel=uname.release)
     else:  # the recording's host, as far as it says
-        from ..recfile import read_meta
+        from ..recording import read_meta
 
         model = new_model(args.interval, host=str(read_meta(args.source).get("hostname", "")))
     # A recording's costly events cost nothing to replay: read them all.

@@ -10,9 +10,9 @@ columnar tables, one per event, zlib-compressed. Every block stands alone, so:
 * a reader stops cleanly at a block cut short by a crash or ``kill -9`` and skips (with a
   warning) a damaged block in the middle, resynchronising on the next valid block.
 
-Parquet (``recparquet``): a directory with one ``<event>.parquet`` per event, written
-from native records. The layers below are ``recblocks`` (framing, CRC, resync) and
-``rectables`` (the columnar tables a data block holds, and their columns); this module
+Parquet (``parquet``): a directory with one ``<event>.parquet`` per event, written
+from native records. The layers below are ``blocks`` (framing, CRC, resync) and
+``tables`` (the columnar tables a data block holds, and their columns); this module
 writes and reads whole recordings in either format and guards the output files.
 """
 
@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import os_error_text
-from .recblocks import (
+from ...errors import os_error_text
+from ..records import Record
+from .blocks import (
     BLOCK_PAYLOAD,
     KIND_DATA,
     KIND_META,
@@ -50,9 +51,8 @@ from .recblocks import (
     scan_blocks,
     warn_damage,
 )
-from .records import Record
-from .recparquet import _pyarrow, read_parquet, write_parquet
-from .rectables import (
+from .parquet import _pyarrow, read_parquet, write_parquet
+from .tables import (
     _INT_TYPES,
     _chunks,
     _event_filter,

@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ..metrics import h2
-from .recblocks import (
+from ...metrics import h2
+from ..records import Record
+from .blocks import (
     PARQUET_SUFFIX,
     PART_SUFFIX,
     RecordingError,
@@ -25,8 +26,7 @@ from .recblocks import (
     recording_meta,
     warn_damage,
 )
-from .records import Record
-from .rectables import (
+from .tables import (
     _INT_TYPES,
     COMMON,
     COMMON_NAMES,

@@ -1,9 +1,9 @@
 """``rezolus-ue record``: keep records on disk, or a rolling window.
 
 ``record FILE`` writes every record of the selected events to a recording (the native
-``.rzr`` format, or Parquet with pyarrow; see ``recfile`` and docs/recording.md) until
+``.rzr`` format, or Parquet with pyarrow; see ``files`` and docs/recording.md) until
 ``--duration`` or Ctrl-C. ``record --ring DIR`` is a flight recorder: records go to segment
-files of bounded size (``segments``); the oldest are deleted beyond ``--max-size`` /
+files of bounded size (``ring``); the oldest are deleted beyond ``--max-size`` /
 ``--max-age``; ``SIGUSR1`` or ``rezolus-ue dump`` (``dump``) writes the window held to one
 file.
 
@@ -24,15 +24,16 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Protocol
 
-from ..config import DURATION_HELP, duration_arg, format_duration, path_arg
-from ..errors import ConfigError, os_error_text
-from . import recfile, recparquet
+from ...config import DURATION_HELP, duration_arg, format_duration, path_arg
+from ...errors import ConfigError, os_error_text
+from ..records import Record
+from ..source import COSTLY_HELP, Source, open_test_source
+from . import files as recfiles
+from . import parquet
+from .blocks import RecordingError, recording_meta
 from .dump import DumpServer
-from .recblocks import RecordingError, recording_meta
-from .recfile import NativeWriter, read_meta, read_records
-from .records import Record
-from .segments import Ring, running_recorder
-from .source import COSTLY_HELP, Source, open_test_source
+from .files import NativeWriter, read_meta, read_records
+from .ring import Ring, running_recorder
 
 log = logging.getLogger("rezolus_ue")
 
@@ -86,7 +87,7 @@ class FileSink:
     """A native recording at ``path``, written in place (a kill leaves it readable)."""
 
     def __init__(self, path: Path, *, overwrite: bool = False) -> None:
-        recfile.check_output(path, "native", overwrite)
+        recfiles.check_output(path, "native", overwrite)
         self.path = path
         self.writer = NativeWriter.create(path, recording_meta(), overwrite=overwrite)
 
@@ -110,12 +111,12 @@ class ParquetSink:
     JOURNAL = "journal.rzr"
 
     def __init__(self, path: Path, *, overwrite: bool = False) -> None:
-        recparquet._pyarrow()
-        recfile.check_output(path, "parquet", overwrite)
+        parquet._pyarrow()
+        recfiles.check_output(path, "parquet", overwrite)
         try:
             path.mkdir(parents=True, exist_ok=True)
             # --force: the previous recording's files (check_output saw nothing else).
-            for f in recfile._parquet_dir_files(path) or ():
+            for f in recfiles._parquet_dir_files(path) or ():
                 f.unlink()
         except OSError as e:
             raise RecordingError(os_error_text(e, path, "create")) from None
@@ -134,7 +135,7 @@ class ParquetSink:
         self.journal.close()
         jp = self.journal.path
         try:
-            recparquet.write_parquet(read_records(jp), self.path, read_meta(jp))
+            parquet.write_parquet(read_records(jp), self.path, read_meta(jp))
             jp.unlink()
         except OSError as e:  # the journal stays: `dump --from DIR` converts it later
             raise RecordingError(os_error_text(e, self.path, "write")) from None
@@ -243,7 +244,7 @@ def run_record(args: argparse.Namespace) -> int:
                 raise ConfigError(f"--{opt.replace('_', '-')} needs --ring DIR")
     if args.source_file is None:
         # Validate event names before waiting for the agent.
-        from .subscription import resolve_events
+        from ..subscription import resolve_events
 
         events = resolve_events(events or None, costly=args.costly)
     ctl = Control()
@@ -262,8 +263,8 @@ def run_record(args: argparse.Namespace) -> int:
         path = Path(target)  # type: ignore[arg-type]
         fmt = args.format or ("parquet" if path.suffix == ".parquet" else "native")
         if fmt == "parquet":
-            recparquet._pyarrow()
-        recfile.check_output(path, fmt, args.force)
+            parquet._pyarrow()
+        recfiles.check_output(path, fmt, args.force)
         where = str(path)
     source = _open_source(args, events)
     try:
@@ -301,7 +302,7 @@ def run_record(args: argparse.Namespace) -> int:
 def _open_source(args: argparse.Namespace, events: list[str]) -> Source:
     if args.source_file is not None:
         return open_test_source(args.source_file, events or None)
-    from ..api import open_source
+    from ...api import open_source
 
     return open_source(None, events or None, wait=not args.no_wait, asked=bool(args.events))
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from .recblocks import _U32, BlockError, BlockRef, RecordingError
-from .records import APP_EVENTS, Record, event_schema
+from ..records import APP_EVENTS, Record, event_schema
+from .blocks import _U32, BlockError, BlockRef, RecordingError
 
 log = logging.getLogger("rezolus_ue")
 

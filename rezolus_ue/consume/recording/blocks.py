@@ -2,8 +2,8 @@
 
 A native recording is a sequence of self-contained blocks (docs/recording.md):
 ``sync "RZRB", kind, flags, size hint, length, CRC-32`` then the payload, a JSON
-``M``etadata block or a ``D``ata block (``rectables``). A reader finds every intact
-block in linear time whatever the damage around it; ``recfile`` reads and writes
+``M``etadata block or a ``D``ata block (``tables``). A reader finds every intact
+block in linear time whatever the damage around it; ``files`` reads and writes
 whole recordings on top of this.
 """
 
@@ -24,7 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..errors import RezolusError, os_error_text
+from ...errors import RezolusError, os_error_text
 
 log = logging.getLogger("rezolus_ue")
 
@@ -339,7 +339,7 @@ def recording_meta(**extra: Any) -> dict[str, Any]:
     import socket
     import time
 
-    from .. import __version__
+    from ... import __version__
 
     return {"format": "rezolus-ue recording", "version": FORMAT_VERSION,
             "writer": f"rezolus-ue {__version__}", "hostname": socket.gethostname(),

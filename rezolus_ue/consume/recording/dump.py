@@ -23,10 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import duration_arg, format_duration, path_arg
-from ..errors import RezolusError, os_error_text
-from . import recblocks, recfile, recparquet, rectables
-from .recblocks import (
+from ...config import duration_arg, format_duration, path_arg
+from ...errors import RezolusError, os_error_text
+from ..records import Record
+from . import blocks, parquet
+from . import files as recfiles
+from . import tables as rectables
+from .blocks import (
     KIND_DATA,
     KIND_META,
     NATIVE_SUFFIX,
@@ -35,9 +38,8 @@ from .recblocks import (
     scan_blocks,
     warn_damage,
 )
-from .recfile import NativeWriter, read_meta, read_records
-from .records import Record
-from .segments import DEFAULT_RING, DUMPS_DIR, PID_FILE, Ring, list_segments, running_recorder
+from .files import NativeWriter, read_meta, read_records
+from .ring import DEFAULT_RING, DUMPS_DIR, PID_FILE, Ring, list_segments, running_recorder
 
 log = logging.getLogger("rezolus_ue")
 
@@ -73,7 +75,7 @@ class DumpResult:
 @dataclass
 class _BlockInfo:
     mf: MappedFile
-    ref: recblocks.BlockRef
+    ref: blocks.BlockRef
     rows: int = 0
     tmin: int = 0
     tmax: int = 0
@@ -88,17 +90,17 @@ def _block_infos(files: list[MappedFile]) -> Iterator[_BlockInfo]:
     bytes: a ring can be larger than memory). Damage is skipped, and warned about once
     per file, exactly as ``read_records`` does: a dump holds what a reader would read."""
     for mf in files:
-        st = recblocks.ScanStats()
+        st = blocks.ScanStats()
         for ref in scan_blocks(mf.buf, st):
             try:
                 if ref.kind == KIND_META:
-                    yield _BlockInfo(mf, ref, meta=recfile._clean_meta(
+                    yield _BlockInfo(mf, ref, meta=recfiles._clean_meta(
                         json.loads(ref.payload(mf.buf))) or {})
                     continue
                 if ref.kind != KIND_DATA:
                     continue
                 tables = rectables.decode_block(mf.buf, ref)
-            except (recblocks.BlockError, ValueError, RecursionError) as e:
+            except (blocks.BlockError, ValueError, RecursionError) as e:
                 st.bad(ref, e)
                 continue
             times = [t.columns["time_ns"] for t in tables if t.rows]
@@ -128,8 +130,8 @@ def _window(infos: list[_BlockInfo], cutoff: int | None, res: DumpResult) -> Ite
             yield b.raw()
             rows, tmin, tmax = b.rows, b.tmin, b.tmax
         else:
-            recs = [r for r in recfile.read_native(b.raw()) if r.time_ns >= cutoff]
-            yield from recfile.data_blocks(recs)
+            recs = [r for r in recfiles.read_native(b.raw()) if r.time_ns >= cutoff]
+            yield from recfiles.data_blocks(recs)
             rows, tmin, tmax = len(recs), recs[0].time_ns, max(r.time_ns for r in recs)
         res.records += rows
         res.first_ns = tmin if res.first_ns is None else min(res.first_ns, tmin)
@@ -164,12 +166,12 @@ def assemble(files: list[MappedFile], out: Path, fmt: str = "native", *,
             os.fsync(into)
         res.bytes = w.size
         return res
-    recfile.check_output(out, fmt, overwrite)
-    tmp = recfile.new_temp(out, directory=fmt == "parquet")
+    recfiles.check_output(out, fmt, overwrite)
+    tmp = recfiles.new_temp(out, directory=fmt == "parquet")
     try:
         if fmt == "parquet":
-            recs = (r for blk in _window(infos, cutoff, res) for r in recfile.read_native(blk))
-            recparquet.write_parquet(recs, tmp, meta)
+            recs = (r for blk in _window(infos, cutoff, res) for r in recfiles.read_native(blk))
+            parquet.write_parquet(recs, tmp, meta)
         else:
             w = NativeWriter(os.open(tmp, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC), tmp)
             try:
@@ -177,9 +179,9 @@ def assemble(files: list[MappedFile], out: Path, fmt: str = "native", *,
                     w.write_block(blk)
             finally:
                 w.close()
-        recfile.replace_output(tmp, out)
+        recfiles.replace_output(tmp, out)
     except BaseException as e:
-        recfile.discard_temp(tmp)
+        recfiles.discard_temp(tmp)
         if isinstance(e, OSError):
             raise RecordingError(os_error_text(e, out, "write")) from None
         raise
@@ -213,20 +215,20 @@ def request_dump(root: Path, pid: int, out: Path, fmt: str, *, last_ns: int | No
     Parquet). Every file is thus created and replaced with the asker's own rights, never
     the recorder's: asking a root recorder cannot overwrite a file the asker could not.
     """
-    recfile.check_output(out, fmt, overwrite)
-    into = recfile.new_temp(out)
+    recfiles.check_output(out, fmt, overwrite)
+    into = recfiles.new_temp(out)
     try:
         answer = _ask_recorder(root, pid, {"into": str(into.absolute()), "last_ns": last_ns},
                                timeout_s)
         if answer.get("ok"):
             if fmt == "parquet":
-                recfile.write_recording(read_records(into), out, fmt, read_meta(into),
+                recfiles.write_recording(read_records(into), out, fmt, read_meta(into),
                                         overwrite=overwrite)
             else:
-                recfile.replace_output(into, out)
+                recfiles.replace_output(into, out)
         return answer
     finally:
-        recfile.discard_temp(into)
+        recfiles.discard_temp(into)
 
 
 def _ask_recorder(root: Path, pid: int, body: dict[str, Any],
@@ -374,17 +376,17 @@ def run_dump(args: argparse.Namespace) -> int:
     out: Path = args.outfile
     fmt = args.format or ("parquet" if out.suffix == ".parquet" else "native")
     if fmt == "parquet":
-        recparquet._pyarrow()
-    recfile.check_output(out, fmt, args.force)
+        parquet._pyarrow()
+    recfiles.check_output(out, fmt, args.force)
     if args.source is not None:
-        source = recfile.check_input(args.source)
-        if recfile._parquet_recording(source):
+        source = recfiles.check_input(args.source)
+        if recfiles._parquet_recording(source):
             # Parquet input: convert record by record.
-            n = recfile.write_recording(_last(source, args.last), out, fmt,
+            n = recfiles.write_recording(_last(source, args.last), out, fmt,
                                         read_meta(source), overwrite=args.force)
             print(f"rezolus-ue: wrote {out}: {n} records", file=sys.stderr)
             return 0
-        files = [MappedFile.open(f) for f in recfile.recording_files(source)]
+        files = [MappedFile.open(f) for f in recfiles.recording_files(source)]
         try:
             res = assemble(files, out, fmt, last_ns=args.last, overwrite=args.force)
         finally:

@@ -25,9 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import os_error_text
-from . import recblocks
-from .recblocks import (
+from ...errors import os_error_text
+from ..records import Record
+from . import blocks
+from .blocks import (
     KIND_DATA,
     NATIVE_SUFFIX,
     PART_SUFFIX,
@@ -36,8 +37,7 @@ from .recblocks import (
     recording_meta,
     scan_blocks,
 )
-from .recfile import NativeWriter
-from .records import Record
+from .files import NativeWriter
 
 log = logging.getLogger("rezolus_ue")
 
@@ -91,7 +91,7 @@ def repair_segment(path: Path) -> Path | None:
     """
     mf = MappedFile.open(path)
     try:
-        stats = recblocks.ScanStats()
+        stats = blocks.ScanStats()
         refs = list(scan_blocks(mf.buf, stats))
     finally:
         mf.close()
