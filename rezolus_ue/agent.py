@@ -29,6 +29,7 @@ from .metrics.types import Histogram
 from .otel import wire
 from .publisher import Publisher, open_publisher
 from .samplers import REGISTRY, Roots, Sampler, SamplerContext
+from .samplers.agent import INTERVAL
 from .samplers.base import SharedFiles
 
 log = logging.getLogger("rezolus_ue")
@@ -39,6 +40,9 @@ _VALUE = attrgetter("value")
 #: Events applications publish (``rezolus_ue.otel``). On user_events each registers its
 #: own; the uprobe transport needs a root process to define them, so the agent does.
 APP_EVENTS = (wire.SCHEMA,)
+#: The agent's tick record, which it writes itself after every sampler's records of a
+#: publish tick (declared with the agent sampler's families, so it is in the catalog).
+TICK = INTERVAL.schema
 
 
 #: Where the single-instance lock lives; override for tests or unusual systems.
@@ -139,6 +143,10 @@ class Agent:
         #: since the last full pass: (every bound enable word, their values at the start of
         #: that pass, the states of the samplers it sampled). None: take the full pass.
         self._fast: tuple[list, tuple[int, ...], list[SamplerState]] | None = None
+        #: Publish ticks taken (the next tick record's seq), and the publisher's write
+        #: count when the previous one ended.
+        self._seq = 0
+        self._written_base = 0
 
     def start(self) -> None:
         """Open the transport and start every enabled sampler; raise if nothing can publish."""
@@ -151,6 +159,7 @@ class Agent:
             self._define_app_events()
         for name in REGISTRY:
             self.states[name] = self._start_sampler(name)
+        self.publisher.register((TICK,))  # even with the agent sampler disabled
         release_probes()
         self._write_status()
 
@@ -251,6 +260,7 @@ class Agent:
             changes.append(f"{name} {what} ({self.states[name].status})")
             if new.sampler_enabled(name):
                 _warn_unheld(name)
+        self.publisher.register((TICK,))  # the agent sampler's removal took it
         self._write_status()
         return changes
 
@@ -339,11 +349,29 @@ class Agent:
         # samplers: no status, activation or enable checks sampler by sampler (at 100 ms
         # sampling they ran nine times a second, right after a sleep, with cold caches).
         self._fast = (words, values, plan) if settled else None
+        if publishing:
+            self._end_tick()
         if publishing or not self._status_key:
             # Status changes between publish ticks reach status.json at the next one (at
             # most publish_interval late): no per-tick tuple of every sampler's status.
             self._write_status()
         return bool(plan)
+
+    def _end_tick(self) -> None:
+        """Write the tick record (while a consumer has it enabled): the tick's seq, the
+        publish interval and the records written since the previous tick ended."""
+        pub = self.publisher
+        if pub is None:
+            return
+        stats = pub.stats
+        written = stats.written if stats is not None else 0
+        h = pub.handles.get(TICK.name)
+        if h is not None and h.word.value:
+            h.write(TICK.pack(self._seq, self.config.publish_interval_ns,
+                              written - self._written_base))
+            written = stats.written if stats is not None else 0
+        self._seq += 1
+        self._written_base = written
 
     def _refresh(self, st: SamplerState, now_ns: int, publishing: bool) -> None:
         """Sample (and on publish ticks, publish) one active sampler; count and time it,

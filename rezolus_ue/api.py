@@ -63,9 +63,12 @@ def subscribe(patterns: str | Iterable[str] | None = None,
     if isinstance(patterns, str):
         patterns = [patterns]
     events = resolve_events(patterns, costly=costly or source is not None)
+    # The live subscription adds the agent's interval ticks for its own use: hand over
+    # only what was asked for.
+    wanted = set(events)
     with open_source(source, events, wait=wait, asked=bool(patterns)) as src:
         while not src.exhausted:
-            yield from src.poll(POLL_MS, SETTLE_MS)
+            yield from (r for r in src.poll(POLL_MS, SETTLE_MS) if r.event in wanted)
 
 
 __all__ = ["DataPoint", "Decoder", "Histogram", "MalformedPayload", "Meta", "Record",

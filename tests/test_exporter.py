@@ -29,6 +29,7 @@ import pytest
 from rezolus_ue.consume import exporter as ex
 from rezolus_ue.consume import otlp
 from rezolus_ue.consume import prometheus as prom
+from rezolus_ue.consume.intervals import EVENT as TICK
 from rezolus_ue.consume.records import APP_EVENTS, Record
 from rezolus_ue.errors import ConfigError, RezolusError
 from rezolus_ue.metrics import catalog, h2
@@ -689,11 +690,14 @@ def summary(t_ns: int, published: int = 0) -> Record:
 def interval(t_ns: int, procs: Sequence[tuple[int, str, int]], summary_first: bool = False,
              cpu_s: int = 1) -> list[Record]:
     """Return one publish of the processes sampler: the (pid, comm, start_s) processes,
-    then the summary (or the summary first: the order is the sampler's to choose)."""
+    then the summary (or the summary first: the order is the sampler's to choose), then
+    the agent's tick record, which ends the interval."""
     recs = [process(t_ns + i * 1000, pid, comm, start, cpu_s)
             for i, (pid, comm, start) in enumerate(procs)]
     end = summary(t_ns + (-1000 if summary_first else len(procs) * 1000), len(procs))
-    return [end, *recs] if summary_first else [*recs, end]
+    tick = Record(TICK, t_ns + (len(procs) + 1) * 1000, 0, 1,
+                  {"seq": t_ns // S, "interval_ns": S, "records": len(procs) + 1})
+    return [end, *recs, tick] if summary_first else [*recs, end, tick]
 
 
 def processes_exposed(st: ex.State) -> dict[tuple[str, str, str], float]:
@@ -751,9 +755,9 @@ def test_a_reused_pid_is_a_new_series() -> None:
     counters start a series of their own (start_ns tells them apart), never a
     continuation of the old one's."""
     st = ex.State()
-    st.ingest([process(1 * S, 100, "sh", start_s=1, cpu_s=5), summary(1 * S + 1)])
-    st.ingest([process(2 * S, 100, "sh", start_s=1, cpu_s=5), summary(2 * S + 1)])
-    st.ingest([process(3 * S, 100, "sh", start_s=3, cpu_s=9), summary(3 * S + 1)])
+    for t, start, cpu in ((1, 1, 5), (2, 1, 5), (3, 3, 9)):
+        st.ingest([process(t * S, 100, "sh", start_s=start, cpu_s=cpu),
+                   summary(t * S + 1), Record(TICK, t * S + 2, 0, 1, {"seq": t})])
     assert processes_exposed(st) == {("100", "sh", str(3 * S)): 9.0}
 
 

@@ -42,9 +42,10 @@ docs/prometheus.md embeds it):
 
 Staleness: a label set not seen for ``stale`` publish intervals of its event is dropped;
 an event with no record for ``stale`` intervals (the agent stopped, a sampler died) drops
-all its label sets. Publish intervals are counted from the records: a key seen again
-starts the event's next publish. A selection's label set goes with the first interval
-that does not name it (its ``closed_by`` event ends each interval).
+all its label sets. Publish intervals are the agent's ticks (``intervals.Intervals``:
+exact from its tick records, inferred without them); an event's publishes are the
+intervals it has records in (``intervals.Publishes``). A selection's label set goes with
+the first interval of its event that does not name it.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from ..metrics import catalog, h2
 from ..metrics.family import DIST, HIST_QUANTILES, Family, Kind, Metric
 from ..otel.wire import EVENT as OTLP_EVENT
 from ..samplers.processes import PROCESS, PROCESSES
+from .intervals import Intervals, Publishes
 from .records import Record
 
 if TYPE_CHECKING:
@@ -286,60 +288,17 @@ def _drop(rows: dict[tuple, _Row], gone: Callable[[_Row], bool]) -> None:
 
 
 @dataclass
-class _Publishes:
-    """A publisher's publishes, counted from its records: a key seen again starts the next
-    one. An agent's event and an application (``otlp_metrics``) are counted alike."""
-
-    gen: int = 0
-    seen: set = field(default_factory=set)
-    gen_start_ns: int | None = None
-    interval_ns: int = 0  # between the last two publishes' first records (0: not yet)
-    seen_at_ns: int | None = None  # when its latest record arrived
-
-    def see(self, key: object, t_ns: int, now_ns: int) -> bool:
-        """Count a record of ``key`` written at ``t_ns``, arrived at ``now_ns``; return
-        whether it began the next publish."""
-        self.seen_at_ns = now_ns
-        if self.gen_start_ns is None:
-            self.gen_start_ns = t_ns
-        began = key in self.seen
-        if began:
-            self.gen += 1
-            if t_ns > self.gen_start_ns:
-                self.interval_ns = t_ns - self.gen_start_ns
-            self.gen_start_ns = t_ns
-            self.seen = set()
-        self.seen.add(key)
-        return began
-
-    def silent(self, now_ns: int, stale: int, interval_ns: int) -> bool:
-        """Return whether no record came for ``stale`` intervals of ``interval_ns``."""
-        return bool(interval_ns and self.seen_at_ns is not None
-                    and now_ns - self.seen_at_ns > stale * interval_ns)
-
-    def forget(self) -> None:
-        """Start counting afresh (its series were dropped)."""
-        self.seen = set()
-        self.gen_start_ns = self.seen_at_ns = None
-
-    def copy(self) -> _Publishes:
-        """Return an independent copy."""
-        return _Publishes(self.gen, set(self.seen), self.gen_start_ns, self.interval_ns,
-                          self.seen_at_ns)
-
-
-@dataclass
 class _Event:
     """One event's decoding plan, and its publish tracking (``pub``)."""
 
     family: Family
     dist: bool
     metrics: dict[str, int]  # _dist: metric name -> scalar index
-    pub: _Publishes = field(default_factory=_Publishes)
-    #: The selection event whose intervals this event's records end (``SELECTIONS``).
-    closes: str | None = None
-    #: A selection's: when the latest record of its ``closed_by`` event was written.
-    closed_ns: int | None = None
+    pub: Publishes = field(default_factory=Publishes)
+    #: A selection's (``SELECTIONS``): its label sets go with each interval not naming them.
+    selection: bool = False
+    #: The interval (``State._ticks``' count) of its latest record (-1: none yet).
+    tick: int = -1
 
     def __post_init__(self) -> None:
         f = self.family
@@ -382,11 +341,15 @@ class State:
             if f.dist_schema is not None:
                 self._events[f.dist_schema.name] = _Event(
                     f, True, {m.name: j for j, m in enumerate(f.scalars) if m.dist})
-        for event, sel in SELECTIONS.items():
-            if event in self._events and sel.closed_by in self._events:
-                self._events[sel.closed_by].closes = event
+        for event in SELECTIONS:
+            if event in self._events:
+                self._events[event].selection = True
         self._rows: dict[str, dict[tuple, _Row]] = {e: {} for e in self._events}
         self._interval_ns = 0  # the latest interval measured on any event
+        self._intervals = Intervals()
+        self._ticks = 0  # intervals closed
+        #: The events with records in the open interval.
+        self._open: list[str] = []
 
     def ingest(self, records: Iterable[Record], now_ns: int | None = None) -> None:
         """Take records in; ``now_ns`` is when they arrived (default: their own time)."""
@@ -401,6 +364,9 @@ class State:
                 else:
                     self.skipped += 1
                 continue
+            closed = self._intervals.feed((r,))  # the tick record too: it is a family
+            if closed:
+                self._close(len(closed))
             try:
                 self._ingest(ev, r, r.time_ns if now_ns is None else now_ns)
             except (KeyError, TypeError, ValueError):
@@ -417,16 +383,14 @@ class State:
             if metric not in ev.metrics:
                 raise KeyError(metric)
             key: tuple = (labels, metric)
-            self._publish(ev, r.event, key, r.time_ns, now_ns)
+            self._publish(ev, r.event, r.time_ns, now_ns)
             rows[key] = _Row(ev.pub.gen, values)
             return
         if not ev.hist:
-            self._publish(ev, r.event, labels, r.time_ns, now_ns)
+            self._publish(ev, r.event, r.time_ns, now_ns)
             rows[labels] = _Row(ev.pub.gen, values, t_ns=r.time_ns)
-            if ev.closes is not None:
-                self._close(ev.closes, r.time_ns)
             return
-        self._publish(ev, r.event, (labels, fields.get("part", 0)), r.time_ns, now_ns)
+        self._publish(ev, r.event, r.time_ns, now_ns)
         data = fields["buckets"]
         if not isinstance(data, bytes | bytearray) or len(data) % h2.SPARSE_ENTRY_SIZE:
             raise ValueError(f"{r.event}: malformed buckets")
@@ -491,34 +455,43 @@ class State:
         """Return the cap on the applications' series."""
         return self.apps.max_series
 
-    def _publish(self, ev: _Event, event: str, key: tuple, t_ns: int, now_ns: int) -> None:
-        """Count publishes: a key seen again starts the event's next one, and drops the
-        label sets not seen for ``stale`` of them."""
+    def _publish(self, ev: _Event, event: str, t_ns: int, now_ns: int) -> None:
+        """Count publishes: an event's first record in an interval starts its next one,
+        and drops the label sets not seen for ``stale`` of them."""
         pub = ev.pub
-        if pub.see(key, t_ns, now_ns):
-            if pub.interval_ns:
-                self._interval_ns = pub.interval_ns
+        pub.seen_at_ns = now_ns
+        if ev.tick == self._ticks:
+            return
+        ev.tick = self._ticks
+        self._open.append(event)
+        began = pub.start_ns is not None
+        pub.publish(t_ns, now_ns)
+        if began:
+            if pub.period_ns:
+                self._interval_ns = pub.period_ns
             gen, stale = pub.gen, self.stale
             _drop(self._rows[event], lambda row: gen - row.gen > stale)
 
-    def _close(self, event: str, t_ns: int) -> None:
-        """End an interval of selection ``event`` at ``t_ns``: drop its series not seen
-        since halfway from the previous end. Its records come in the same burst as the
-        closing record (before or after it, as the sampler writes them) and bursts an
-        interval apart, so halfway tells the burst just ended from the one before."""
-        ev = self._events[event]
-        before, ev.closed_ns = ev.closed_ns, t_ns
-        if before is None or t_ns <= before:
+    def _close(self, closed: int) -> None:
+        """Count ``closed`` intervals ended: a selection's label sets not named in the
+        interval that ended go."""
+        if not closed:
             return
-        cut = (before + t_ns) // 2
-        _drop(self._rows[event], lambda row: row.t_ns < cut)
+        self._ticks += closed
+        for event in self._open:
+            ev = self._events[event]
+            if ev.selection:
+                gen = ev.pub.gen
+                _drop(self._rows[event], lambda row, gen=gen: row.gen != gen)
+        self._open = []
 
     def prune(self, now_ns: int) -> int:
         """Drop every series of events with no record for ``stale`` publish intervals;
         return how many were dropped."""
         dropped = 0
         for name, ev in self._events.items():
-            if ev.pub.silent(now_ns, self.stale, ev.pub.interval_ns or self._interval_ns):
+            if ev.pub.silent(now_ns, self.stale,
+                             self._intervals.period_ns or self._interval_ns):
                 dropped += len(self._rows[name])
                 self._rows[name].clear()
                 ev.pub.forget()
@@ -547,6 +520,7 @@ class State:
         new._events = {e: copy.copy(ev) for e, ev in self._events.items()}
         for ev in new._events.values():
             ev.pub = ev.pub.copy()
+        new._open = list(self._open)
         new.apps = self.apps.copy()
         new.otlp_malformed = dict(self.otlp_malformed)
         return new
@@ -752,7 +726,7 @@ class _AppFamily:
 class _Publisher:
     """One application process: its publishes, series and target info."""
 
-    pub: _Publishes
+    pub: Publishes
     target: Labels  # target_info's labels
     rows: dict[tuple[str, Labels], _AppRow] = field(default_factory=dict)
 
@@ -860,7 +834,7 @@ class AppState:
                 {k: v for k, v in p.resource.items() if k not in _JOB_KEYS},
                 ("comm", "instance", "job", "pid"))}
             publisher = self._publishers[pkey] = _Publisher(
-                _Publishes(), tuple(sorted(target.items())))
+                Publishes(), tuple(sorted(target.items())))
         return publisher
 
     @staticmethod
@@ -902,7 +876,7 @@ class AppState:
         dropped = 0
         for pkey, publisher in list(self._publishers.items()):
             pub = publisher.pub
-            if pub.silent(now_ns, self.stale, pub.interval_ns or APP_INTERVAL_NS):
+            if pub.silent(now_ns, self.stale, APP_INTERVAL_NS):
                 dropped += len(publisher.rows)
                 for k in list(publisher.rows):
                     self._remove(publisher, k)

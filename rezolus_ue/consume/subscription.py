@@ -47,6 +47,7 @@ from ..metrics.h2 import sparse_from_text
 from ..schema import EVENTS, cheap
 from ..schema import GROUPS as TRANSPORT_GROUPS
 from . import otlp
+from .intervals import EVENT as TICK
 from .readiness import START, Verdict, Watch
 from .records import APP_EVENTS, Record
 
@@ -114,8 +115,16 @@ class Subscription:
         as a warning). ``asked``: the user named ``events``: say which of them will not
         come even while others do (a default set says so only when none can come)."""
         # None is every event: the consumers (top, tail, record, exporter, subscribe())
-        # choose their cheap defaults before they get here (``resolve_events``).
+        # choose their cheap defaults before they get here (``resolve_events``). The tick
+        # record comes with any of ours (``intervals``): it says where each tick ends.
         self.wanted = resolve_events(events, costly=True)
+        ours = [n for n in self.wanted if n not in APP_EVENTS]
+        implicit = bool(ours) and TICK not in self.wanted
+        if implicit:
+            self.wanted.append(TICK)
+        #: Our events that no one asked for: judged neither ready nor quiet by their own
+        #: records (ticks come while an asked-for event cannot).
+        self._unjudged = set(APP_EVENTS) | ({TICK} if implicit else set())
         self._tfs = tracefs or _open_tracefs()
         if not self._tfs.has_user_events and not self._tfs.has_uprobe_events:
             raise KernelFeatureMissing(
@@ -130,8 +139,8 @@ class Subscription:
         #: Applications' events wanted: on user_events subscribed with or without the
         #: agent (the watch judges our own events only), and judged by ``_judge_apps``.
         self._apps = [n for n in self.wanted if n in APP_EVENTS]
-        self._watch = Watch([n for n in self.wanted if n not in APP_EVENTS],
-                            on_state or _log_state, runtime_dir, asked)
+        # Judged as asked: an agent that writes no tick record (an older one) is no fault.
+        self._watch = Watch(ours, on_state or _log_state, runtime_dir, asked)
         self._verdict = Verdict(False, None)
         self._app_said: str | None = None
         self._publishers = otlp.Publishers()
@@ -171,7 +180,7 @@ class Subscription:
         # Everything subscribed while the agent runs: nothing to list, nothing to judge by.
         if agent is None or len(self.events) < len(self.wanted):
             self._scan(subscribe=agent is not None)
-        ours = {n for n in self.events if n not in APP_EVENTS}
+        ours = {n for n in self.events if n not in self._unjudged}
         quiet = time.monotonic() - self._last_record if ours else 0.0
         # From the end of the look: one slower than LOOK_S (a loaded machine) must not
         # make every poll look again.
@@ -315,7 +324,7 @@ class Subscription:
             rec = self._decode(s.raw, s.time or 0, s.cpu or 0)
             if rec is not None:
                 out.append(rec)
-                ours = ours or rec.event not in APP_EVENTS
+                ours = ours or rec.event not in self._unjudged
         if ours:
             self._last_record = time.monotonic()
         return out

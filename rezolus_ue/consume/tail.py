@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from .intervals import EVENT as TICK
 from .otlp import DataPoint, Decoder
 from .records import APP_EVENTS, Record
 from .source import COSTLY_HELP, RECORDING_HELP
@@ -210,6 +211,10 @@ def run(args: argparse.Namespace) -> int:
     # replaying costly events costs nothing, so it shows every one unless named.
     events = resolve_events(args.events, costly=args.costly or args.source is not None)
     points = Decoder() if any(e in APP_EVENTS for e in events) else None
+    # The tick record (one per publish interval, ``intervals.EVENT``) comes with every
+    # subscription; tail prints it where the selection has it (the default set, a glob
+    # such as rezolus_*, its name), as perf would, and not beside a list that leaves it out.
+    ticks = TICK in events
     seen = lost = 0
     with _Stopper() as stopper:
         try:
@@ -223,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
                         recs = src.poll(POLL_MS, SETTLE_MS)
                     finally:
                         stopper.blocked = False
+                    if not ticks:
+                        recs = [r for r in recs if r.event != TICK]
                     if args.count is not None:
                         recs = recs[: args.count - seen]
                     with stopper.write():

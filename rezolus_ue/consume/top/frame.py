@@ -1,25 +1,25 @@
 """The pure model behind ``rezolus-ue top``: records in, one frame of every panel's rows out.
 
-The agent writes every record of an interval in one burst, on its publish tick. The model
-groups records into those bursts (*batches*): a batch ends when a record repeats a key the
-batch already holds (the next tick has begun) or when the caller says the data went quiet
-(``flush``). When a batch ends at least one display interval after the last frame, the
-model *commits* a frame: rates from consecutive cumulative counters per series (a counter
-that went down was reset: that step gives no rate), the interval's maximum from ``_dist``
-events, the histograms' buckets summed over the frame and the latest values, handed to
-each panel's ``derive`` (``Frame``); ``view`` holds what they derived. No I/O, no clocks:
-the records' own timestamps are the only time there is.
+The agent writes every record of a publish tick in one burst and ends it with its tick
+record; ``intervals.Intervals`` says where each tick ends (inferring it where a stream has
+no tick records, or the caller says the data went quiet: ``flush``). When a tick ends at
+least one display interval after the last frame (``intervals.INTERVAL_SLACK``), the model
+*commits* a frame at once: rates from consecutive cumulative counters per series (a
+counter that went down was reset: that step gives no rate), the interval's maximum from
+``_dist`` events, the histograms' buckets summed over the frame and the latest values,
+handed to each panel's ``derive`` (``Frame``); ``view`` holds what they derived. No I/O,
+no clocks: the records' own timestamps are the only time there is.
 
 The events are the panels' ``Read`` declarations. A series is one label set of an event
 (or what ``Read.identity`` names: a process is its pid and start time, whatever its state
 or name). A series is gone when its event published twice without it, counted in the
-event's own publishes (a key seen again starts the next), never in frames: a slow agent
-(a tick spread over seconds of BPF loading under emulation, so one tick ends several
-batches) commits more frames than it publishes, and counting frames dropped every row
-between two of its records, so no row ever had a rate. An event that stopped altogether
-(its sampler failed) loses its rows after three of its publish periods of data time.
-An event whose label sets change every publish (``Read.latest``: the busiest processes)
-counts publishes by batch instead, and shows only the latest publish's series.
+event's own publishes (``intervals.Publishes``: the intervals it had records in), never
+in frames: a slow agent (a tick spread over seconds of BPF loading under emulation) may
+commit more frames than it publishes, and counting frames dropped every row between two of
+its records, so no row ever had a rate. An event that stopped altogether (its sampler
+failed) loses its rows after three of its publish periods of data time. An event whose
+label sets change every publish (``Read.latest``: the busiest processes) shows only the
+latest publish's series.
 
 An application's event (``Feed``: OpenTelemetry's ``otlp_metrics``) is no family: its
 records go as they come to the accumulator its panel keeps, outside the batches (they
@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from ...metrics.family import Family, Kind
+from ..intervals import EVENT as TICK
+from ..intervals import INTERVAL_SLACK, Interval, Intervals, Publishes
 from ..records import Record
 
 if TYPE_CHECKING:
@@ -87,11 +89,6 @@ class Feed:
 #: busiest list, and its counters give a rate over the time since it left.
 LATEST_KEEP = 60
 
-#: A frame is committed once a batch starts this share of the display interval after the
-#: previous frame: the agent's ticks jitter by a few ms around its publish interval.
-INTERVAL_SLACK = 0.9
-
-
 @dataclass(slots=True)
 class Series:
     """One series of a counter/gauge event: its latest record and its counters' rates."""
@@ -135,40 +132,6 @@ class Series:
         if len(names) == 1:
             return rates.get(names[0], 0.0)
         return sum(rates.get(n, 0.0) for n in names)
-
-
-@dataclass(slots=True)
-class _Publishes:
-    """One event's publishes, counted from its records: a label set seen again (or, for a
-    ``Read.latest`` event, a record in a new batch) starts the next publish."""
-
-    latest: bool = False
-    gen: int = 0
-    seen: set = field(default_factory=set)
-    batch: int = -1  # the batch of the current publish (``latest`` events)
-    start_ns: int = 0  # when the current publish began
-    period_ns: int = 0  # between the last two starts (0: not measured yet)
-
-    def see(self, labels: tuple, t_ns: int) -> int:
-        """Count a record of ``labels`` at ``t_ns``; return its publish number."""
-        if labels in self.seen or not self.seen:
-            if self.seen:
-                self.gen += 1
-                self.period_ns = t_ns - self.start_ns
-            self.seen = set()
-            self.start_ns = t_ns
-        self.seen.add(labels)
-        return self.gen
-
-    def see_batch(self, batch: int, t_ns: int) -> int:
-        """Count a record in batch ``batch`` at ``t_ns``; return its publish number."""
-        if batch != self.batch:
-            if self.batch >= 0:
-                self.gen += 1
-                self.period_ns = t_ns - self.start_ns
-            self.batch = batch
-            self.start_ns = t_ns
-        return self.gen
 
 
 def _getter(names: tuple[str, ...], default: object) -> Callable[[dict], tuple]:
@@ -282,13 +245,12 @@ class Model:
         self.loadavg: tuple[float, float, float] | None = None
         self._meta = _meta(r for p in self.panels for r in p.reads)
         self._feeds = {fd.event: fd.new() for p in self.panels for fd in p.feeds}
+        self._latest = {e for e, m in self._meta.items() if m.latest}
         self._series: dict[tuple, Series] = {}
-        self._pubs: dict[str, _Publishes] = {}
+        self._pubs: dict[str, Publishes] = {}
         self._dist_max: dict[tuple, int] = {}
         self._hists: dict[tuple, np.ndarray] = {}
-        self._batch: set[tuple] = set()
-        self._batch_no = 0
-        self._batch_t: int | None = None
+        self._intervals = Intervals()
         self._frame_t: int | None = None
         self._frame_records = 0
         self._records = 0
@@ -301,56 +263,63 @@ class Model:
 
     @property
     def batch_open(self) -> bool:
-        """Return whether records arrived since the last batch ended."""
-        return bool(self._batch)
+        """Return whether records arrived since the last publish tick ended."""
+        return self._intervals.pending
 
     def ingest(self, records: Iterable[Record]) -> None:
-        """Add records (in time order), committing frames as batches complete."""
-        meta_of = self._meta.get
-        batch = self._batch  # cleared, never replaced, when a batch ends
+        """Add records (in time order), committing frames as publish ticks end."""
+        feeds = self._feeds
+        ticked = []
         for r in records:
-            meta = meta_of(r.event)
-            if meta is None:
-                feed = self._feeds.get(r.event)
-                if feed is not None:
-                    feed.add(r)
-                    self._records += 1
-                    self._frame_records += 1
-                continue
-            f = r.fields
-            if meta.base is not None:
-                key: tuple = (r.event, meta.labels(f), f.get("metric"))
-            elif meta.histogram:
-                key = (r.event, meta.labels(f), f.get("part", 0))
-            else:
-                key = (r.event, meta.identity(f))
-            if key in batch:
-                self._end_batch()
-            if self._batch_t is None:
-                self._batch_t = r.time_ns
-            batch.add(key)
-            self._records += 1
-            self._frame_records += 1
-            if meta.base is not None:
-                self._add_dist(meta.base, key[1], f)
-            elif meta.histogram:
-                self._add_hist(r, key[1])
-            else:
-                self._add_series(r, key, meta)
+            feed = feeds.get(r.event)
+            if feed is not None:  # the applications' clocks, not the agent's ticks
+                feed.add(r)
+                self._records += 1
+                self._frame_records += 1
+            elif r.event in self._meta or r.event == TICK:
+                ticked.append(r)
+        for iv in self._intervals.feed(ticked):
+            self._interval(iv)
 
     def flush(self) -> None:
-        """End the open batch: the data went quiet, the agent's tick is complete."""
-        if self._batch:
-            self._end_batch()
+        """End the open tick: the data went quiet, the agent's tick is complete."""
+        for iv in self._intervals.flush():
+            self._interval(iv)
 
     # --- ingest -------------------------------------------------------------------------
 
-    def _add_series(self, r: Record, key: tuple, meta: _Meta) -> None:
-        pub = self._pubs.get(key[0])
-        if pub is None:
-            pub = self._pubs[key[0]] = _Publishes(meta.latest)
-        gen = pub.see_batch(self._batch_no, r.time_ns) if meta.latest else pub.see(
-            key[1], r.time_ns)
+    def _interval(self, iv: Interval) -> None:
+        """Take one publish tick's records, then commit a frame if one is due."""
+        meta_of = self._meta.__getitem__
+        pubs = self._pubs
+        gens: dict[str, int] = {}  # each event's publish number in this tick
+        self._records += len(iv.records)
+        self._frame_records += len(iv.records)
+        for r in iv.records:
+            meta = meta_of(r.event)
+            f = r.fields
+            if meta.base is not None:
+                self._add_dist(meta.base, meta.labels(f), f)
+                continue
+            if meta.histogram:
+                self._add_hist(r, meta.labels(f))
+                continue
+            event = r.event
+            gen = gens.get(event)
+            if gen is None:
+                pub = pubs.get(event)
+                if pub is None:
+                    pub = pubs[event] = Publishes()
+                gen = gens[event] = pub.publish(r.time_ns)
+            self._add_series(r, (event, meta.identity(f)), meta, gen)
+        t = iv.start_ns
+        if iv.records:
+            first = self._frame_t is None
+            if first or (not self.hold
+                         and t - self._frame_t >= self.interval_ns * INTERVAL_SLACK):
+                self._commit(t)
+
+    def _add_series(self, r: Record, key: tuple, meta: _Meta, gen: int) -> None:
         s = self._series.get(key)
         counts = meta.counter_values(r.fields)
         if s is None:
@@ -386,17 +355,6 @@ class Model:
 
     # --- frames -------------------------------------------------------------------------
 
-    def _end_batch(self) -> None:
-        t = self._batch_t
-        self._batch.clear()
-        self._batch_t = None
-        self._batch_no += 1
-        if t is None:
-            return
-        first = self._frame_t is None
-        if first or (not self.hold and t - self._frame_t >= self.interval_ns * INTERVAL_SLACK):
-            self._commit(t)
-
     def _commit(self, t: int) -> None:
         frame = self.view.frame + 1
         dt_s = (t - self._frame_t) / 1e9 if self._frame_t is not None else None
@@ -404,11 +362,13 @@ class Model:
         gone = []
         pubs = self._pubs
         interval = self.interval_ns
+        latest_events = self._latest
         for key, s in self._series.items():
             event, ident = key
             pub = pubs[event]
+            latest = event in latest_events
             # This loop visits every CPU, cgroup and process of the host: inlined.
-            if pub.latest:
+            if latest:
                 if pub.gen - s.gen > LATEST_KEEP:
                     gone.append(key)
                     continue
@@ -419,14 +379,14 @@ class Model:
                 gone.append(key)  # its sampler stopped
                 continue
             if s.acc_dt > 0:
-                if pub.latest:  # made when read: a screen shows a few of its series
+                if latest:  # made when read: a screen shows a few of its series
                     s.steps, s.steps_dt, s._rates = s.acc, s.acc_dt, None
                 else:
                     s._rates = dict(zip(s.names, map((1e9 / s.acc_dt).__mul__, s.acc),
                                         strict=True))
                 s.acc_dt = 0
                 s.acc = ()
-            if pub.latest and s.gen != pub.gen:
+            if latest and s.gen != pub.gen:
                 continue  # not in the latest publish: kept for its counters, not shown
             rows = by_event.get(event)
             if rows is None:

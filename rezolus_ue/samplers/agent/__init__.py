@@ -4,7 +4,10 @@ Sources: ``os.times()`` (CPU time), ``/proc/self/statm`` (RSS), ``/proc/self/sta
 (threads), ``/proc/self/fd`` (open fds: its size since Linux 6.2, else its entries), the
 publisher's write counters and the agent's per-sampler states (status, refreshes, errors,
 refresh-time histogram).
-Events: ``rezolus_agent``, ``rezolus_agent_sampler`` (one per sampler per interval).
+Events: ``rezolus_agent``, ``rezolus_agent_sampler`` (one per sampler per interval),
+``rezolus_agent_status``, and ``rezolus_interval``: the agent itself writes it last in each
+publish tick, after every sampler (``agent.Agent.tick``), so consumers know where a tick
+ends (``rezolus_ue.consume.intervals``).
 """
 
 from __future__ import annotations
@@ -87,5 +90,20 @@ AGENT_STATUS = Family(
            " with the state and reason): " + _SAMPLER_ERRORS, dist=False),),
 )
 
+INTERVAL = Family(
+    "rezolus_interval", __name__,
+    "The end of one publish tick: written after every other record of the tick, so a"
+    " consumer knows the tick's records are complete (and, from records, whether some were"
+    " lost) without waiting for the next. Consumers read it implicitly.",
+    (),
+    (
+        counter("seq", "ticks", "publish tick number since the agent started (0: the first)",
+                dist=False),
+        gauge("interval_ns", "ns", "the configured publish interval", dist=False),
+        gauge("records", "records", "records the agent wrote in this tick before this one,"
+              " for every consumer together", dist=False),
+    ),
+)
+
 #: This sampler's families, in documentation order.
-FAMILIES: tuple[Family, ...] = (AGENT, AGENT_SAMPLER, AGENT_STATUS,)
+FAMILIES: tuple[Family, ...] = (AGENT, AGENT_SAMPLER, AGENT_STATUS, INTERVAL)
