@@ -24,6 +24,7 @@ from test_recorder import COMMS, LONG_CGROUP, workload
 import rezolus_ue
 from rezolus_ue.consume.recording import blocks as recblocks
 from rezolus_ue.consume.recording import files as recfile
+from rezolus_ue.consume.recording import native as recnative
 from rezolus_ue.consume.records import JSON_META, Record, record_from_json
 from rezolus_ue.consume.source import JsonLinesSource, RecordingSource, open_source
 from rezolus_ue.consume.top import Paced
@@ -67,7 +68,7 @@ def test_docs_example_agent_alerts_on_a_recording(tmp_path: Path) -> None:
     recs, counts = runq_intervals([2, 2, 0.5, 2, 2, 2, 2, 0.3])
     assert max(r.fields["parts"] for r in recs) > 1  # the merge of parts is exercised
     rec = tmp_path / "rq.rzr"
-    recfile.write_native(recs, rec)
+    recnative.write_native(recs, rec)
     script = tmp_path / "alert.py"
     script.write_text(api_example())
     assert len(script.read_text().strip().splitlines()) <= 25
@@ -82,7 +83,7 @@ def test_docs_example_agent_alerts_on_a_recording(tmp_path: Path) -> None:
 def test_subscribe_a_recording_keeps_fields_and_metadata_apart(tmp_path: Path) -> None:
     recs = workload(2)
     rec = tmp_path / "w.rzr"
-    recfile.write_native(recs, rec)
+    recnative.write_native(recs, rec)
     got = list(rezolus_ue.subscribe("rezolus_cpu_usage", source=rec))
     want = [r for r in recs if r.event == "rezolus_cpu_usage"]
     assert got == want
@@ -101,7 +102,7 @@ def test_tail_json_is_to_json_with_the_wall_offset(tmp_path: Path) -> None:
     ``to_json()`` by ``time`` alone, and JSON lines read back as the same records."""
     recs = workload(2)
     rec = tmp_path / "w.rzr"
-    recfile.write_native(recs, rec, {**recfile.recording_meta(), "wall_offset_ns": 5 * S})
+    recnative.write_native(recs, rec, {**recfile.recording_meta(), "wall_offset_ns": 5 * S})
     p = subprocess.run([sys.executable, "-m", "rezolus_ue", "tail", "--from", str(rec),
                         "--format", "json"], cwd=ROOT, capture_output=True, text=True,
                        timeout=120, check=False)
@@ -129,7 +130,7 @@ def test_processes_through_subscribe_and_tail(tmp_path: Path) -> None:
     want = [r for r in recs if r.event in (PROCESS.event, PROCESSES.event)]
     assert {r.event for r in want} == {PROCESS.event, PROCESSES.event}
     rec = tmp_path / "w.rzr"
-    recfile.write_native(recs, rec)
+    recnative.write_native(recs, rec)
     assert list(rezolus_ue.subscribe("rezolus_process*", source=rec)) == want
     p = subprocess.run(cli("tail", "--from", str(rec), PROCESS.event, PROCESSES.event),
                        cwd=ROOT, capture_output=True, text=True, timeout=120,
@@ -152,7 +153,7 @@ def test_no_event_field_takes_a_json_metadata_key() -> None:
 def test_subscribe_histogram_helpers(tmp_path: Path) -> None:
     recs, counts = runq_intervals([2, 0.5])
     rec = tmp_path / "rq.rzr"
-    recfile.write_native(recs, rec)
+    recnative.write_native(recs, rec)
     got = list(rezolus_ue.subscribe([RUNQ], source=str(rec)))
     last = got[-1].histogram()
     assert last is not None and last.sum() == 1000
@@ -176,7 +177,7 @@ def test_subscribe_refuses_unknown_events_and_files(tmp_path: Path) -> None:
 def test_recording_source_polls_in_batches_then_idles(tmp_path: Path) -> None:
     recs = workload(2)
     rec = tmp_path / "w.rzr"
-    recfile.write_native(recs, rec, recblocks.recording_meta())
+    recnative.write_native(recs, rec, recblocks.recording_meta())
     with RecordingSource(rec, batch=10) as src:
         assert not src.live and src.lost == 0 and src.wall_offset_ns != 0
         got = []
@@ -216,7 +217,7 @@ def cli(*args: str) -> list[str]:
 
 def test_top_once_from_a_recording(tmp_path: Path) -> None:
     rec = tmp_path / "w.rzr"
-    recfile.write_native(workload(4), rec)
+    recnative.write_native(workload(4), rec)
     env = {**os.environ, "COLUMNS": "120", "LINES": "40"}
     r = subprocess.run(cli("top", "--from", str(rec), "--once"), cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=120)
@@ -229,7 +230,7 @@ def test_top_once_from_a_recording(tmp_path: Path) -> None:
 
 def test_exporter_serves_a_recording(tmp_path: Path) -> None:
     rec = tmp_path / "w.rzr"
-    recfile.write_native(workload(3), rec)
+    recnative.write_native(workload(3), rec)
     p = subprocess.Popen(cli("exporter", "--from", str(rec), "--listen", "127.0.0.1:0"),
                          cwd=ROOT, stderr=subprocess.PIPE, text=True)
     try:

@@ -33,6 +33,7 @@ from rezolus_ue import cli, config
 from rezolus_ue.consume.recording import blocks as recblocks
 from rezolus_ue.consume.recording import dump
 from rezolus_ue.consume.recording import files as recfile
+from rezolus_ue.consume.recording import native as recnative
 from rezolus_ue.consume.recording import parquet as recparquet
 from rezolus_ue.consume.recording.blocks import KIND_DATA, RecordingError, ScanStats, encode_block
 from rezolus_ue.consume.recording.files import read_records
@@ -52,13 +53,13 @@ def key(r: Record) -> tuple:
 
 def records_of(blocks: list[bytes]) -> Counter:
     """Return the records of the data blocks ``blocks`` (each read alone), as a multiset."""
-    return Counter(key(r) for b in blocks for r in recfile.read_native(b))
+    return Counter(key(r) for b in blocks for r in recnative.read_native(b))
 
 
 def recording(tmp_path: Path, name: str = "ok.rzr", seconds: int = 5) -> tuple[Path, list[bytes]]:
     """Write a recording of several data blocks; return it and its blocks' bytes."""
     path = tmp_path / name
-    recfile.write_native(workload(seconds), path, block_records=10)
+    recnative.write_native(workload(seconds), path, block_records=10)
     data = path.read_bytes()
     return path, [data[r.start : r.end] for r in recblocks.scan_blocks(data)]
 
@@ -202,10 +203,10 @@ def test_inflating_stops_at_the_size_hint() -> None:
 
 def test_writers_split_blocks_so_readers_can_cap_them(monkeypatch: pytest.MonkeyPatch,
                                                       tmp_path: Path) -> None:
-    monkeypatch.setattr(recfile, "BLOCK_PAYLOAD", 2000)
+    monkeypatch.setattr(recnative, "BLOCK_PAYLOAD", 2000)
     recs = workload(5)
     path = tmp_path / "split.rzr"
-    recfile.write_native(recs, path)
+    recnative.write_native(recs, path)
     data = path.read_bytes()
     refs = [r for r in recblocks.scan_blocks(data) if r.kind == KIND_DATA]
     assert len(refs) > 4
@@ -245,7 +246,7 @@ def test_scanning_is_linear_in_the_file_size(tmp_path: Path, monkeypatch: pytest
     counting = _CountingZlib()
     monkeypatch.setattr(recblocks, "zlib", counting)
     st = ScanStats()
-    got = Counter(key(r) for r in recfile.read_native(data, stats=st))
+    got = Counter(key(r) for r in recnative.read_native(data, stats=st))
     assert got == records_of(blocks)
     assert st.skipped_bytes == len(junk)
     assert counting.crc_bytes < 4 * len(data) + 2 * recblocks._RangeCrc.STEP * n, \
@@ -329,12 +330,11 @@ def test_metadata_of_the_wrong_type_is_dropped(tmp_path: Path) -> None:
 def test_damaged_parquet_loses_one_row_group(tmp_path: Path) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     recs = [r for r in workload(40) if r.event == "rezolus_cpu_usage"]
-    out = tmp_path / "pq"
-    recparquet.write_parquet(recs, out, row_group=40)
-    f = out / "rezolus_cpu_usage.parquet"
+    out = f = tmp_path / "run.parquet"
+    recparquet.write_parquet(recs, out, row_group=10)  # a row per second: 4 records
     md = pq.ParquetFile(f).metadata
     assert md.num_row_groups == 4
-    col = md.row_group(1).column(3)  # a field column of the second row group
+    col = md.row_group(1).column(md.num_columns - 1)  # the second row group's records
     data = bytearray(f.read_bytes())
     for i in range(col.data_page_offset, col.data_page_offset + col.total_compressed_size):
         data[i] = 0xFF
@@ -392,7 +392,7 @@ def test_force_never_replaces_anything_but_a_regular_file(tmp_path: Path, fmt: s
     assert not list(tmp_path.glob(".*.part"))
 
 
-def test_force_replaces_a_file_or_our_own_parquet_directory(tmp_path: Path) -> None:
+def test_force_replaces_a_file_and_never_a_directory(tmp_path: Path) -> None:
     src, blocks = recording(tmp_path)
     out = tmp_path / "out.rzr"
     out.write_text("old")
@@ -406,12 +406,14 @@ def test_force_replaces_a_file_or_our_own_parquet_directory(tmp_path: Path) -> N
     assert Counter(key(r) for r in read_records(out)) == records_of(blocks)
     assert (part / "precious").read_text() == "keep me"
     pytest.importorskip("pyarrow")
-    pq = tmp_path / "pq"
-    assert run_cli("dump", "--from", str(src), "--format", "parquet", str(pq))[0] == 0
-    code, err = run_cli("dump", "--from", str(src), "--format", "parquet", "--force", str(pq))
+    pq = tmp_path / "out.parquet"
+    assert run_cli("dump", "--from", str(src), str(pq))[0] == 0
+    code, err = run_cli("dump", "--from", str(src), "--force", str(pq))
     assert code == 0, err
-    assert sorted(p.name for p in pq.iterdir()) == sorted(
-        f"{e}.parquet" for e in {r[0] for r in records_of(blocks)})
+    assert Counter(key(r) for r in read_records(pq)) == records_of(blocks)
+    code, err = run_cli("dump", "--from", str(src), "--format", "parquet", "--force",
+                        str(part))
+    assert code == 1 and "is a directory" in err and (part / "precious").exists()
 
 
 def test_a_dump_through_the_recorder_is_created_by_the_asker(tmp_path: Path) -> None:
@@ -507,7 +509,7 @@ def test_long_names_and_nul_are_one_line_errors(tmp_path: Path) -> None:
 @pytest.mark.parametrize("trouble", ["full", "read-only"])
 def test_full_and_read_only_disks_are_one_line_errors(tmp_path: Path, trouble: str) -> None:
     src = tmp_path / "src.rzr"
-    recfile.write_native(workload(400, cpus=16), src)
+    recnative.write_native(workload(400, cpus=16), src)
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], check=True)

@@ -38,6 +38,7 @@ from rezolus_ue.consume.otlp import (
 )
 from rezolus_ue.consume.readiness import AgentSeen, Situation, Verdict, Watch, explain
 from rezolus_ue.consume.recording import files as recfile
+from rezolus_ue.consume.recording import native as recnative
 from rezolus_ue.consume.recording import parquet as recparquet
 from rezolus_ue.consume.records import Record, record_from_json
 from rezolus_ue.consume.subscription import Subscription, decode_fields, resolve_events
@@ -425,7 +426,7 @@ def test_tail_json_is_a_point_per_line_with_the_records_metadata() -> None:
 
 def test_recordings_keep_the_buffer_and_publisher(tmp_path: Path) -> None:
     recs = records()
-    recfile.write_native(recs, tmp_path / "a.rzr")
+    recnative.write_native(recs, tmp_path / "a.rzr")
     assert list(recfile.read_records(tmp_path / "a.rzr")) == recs
     assert list(recfile.read_records(tmp_path / "a.rzr", [wire.EVENT])) == recs
     tables = recfile.read_tables(tmp_path / "a.rzr")[wire.EVENT]
@@ -436,21 +437,17 @@ def test_recordings_keep_the_buffer_and_publisher(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not recparquet.have_pyarrow(), reason="pyarrow is not installed")
-def test_parquet_stores_the_buffer_as_binary(tmp_path: Path) -> None:
-    import pyarrow as pa
+def test_parquet_keeps_the_records_whole(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
     recs = records()
-    recparquet.write_parquet(recs, tmp_path / "pq")
-    t = pq.read_table(tmp_path / "pq" / "otlp_metrics.parquet")
-    assert t.schema.field("buffer").type == pa.binary()
-    assert t.schema.field("comm").type == pa.string()
-    assert t.column("buffer")[2].as_py() == histogram()
-    assert list(recfile.read_records(tmp_path / "pq")) == recs
+    recparquet.write_parquet(recs, tmp_path / "run.parquet")
+    assert pq.read_table(tmp_path / "run.parquet").num_rows >= 1
+    assert list(recfile.read_records(tmp_path / "run.parquet")) == recs
 
 
 def test_tail_from_a_recording_decodes_them(tmp_path: Path) -> None:
-    recfile.write_native(records(), tmp_path / "a.rzr")
+    recnative.write_native(records(), tmp_path / "a.rzr")
     r = subprocess.run([sys.executable, "-m", "rezolus_ue", "tail", "--from",
                         str(tmp_path / "a.rzr"), "--format", "json"], cwd=ROOT,
                        capture_output=True, text=True, timeout=60)

@@ -26,7 +26,7 @@ from typing import Any
 from ...config import duration_arg, format_duration, path_arg
 from ...errors import RezolusError, os_error_text
 from ..records import Record
-from . import blocks, parquet
+from . import blocks, native, parquet
 from . import files as recfiles
 from . import tables as rectables
 from .blocks import (
@@ -38,7 +38,8 @@ from .blocks import (
     scan_blocks,
     warn_damage,
 )
-from .files import NativeWriter, read_meta, read_records
+from .files import read_meta, read_records
+from .native import NativeWriter
 from .ring import DEFAULT_RING, DUMPS_DIR, PID_FILE, Ring, list_segments, running_recorder
 
 log = logging.getLogger("rezolus_ue")
@@ -94,7 +95,7 @@ def _block_infos(files: list[MappedFile]) -> Iterator[_BlockInfo]:
         for ref in scan_blocks(mf.buf, st):
             try:
                 if ref.kind == KIND_META:
-                    yield _BlockInfo(mf, ref, meta=recfiles._clean_meta(
+                    yield _BlockInfo(mf, ref, meta=native._clean_meta(
                         json.loads(ref.payload(mf.buf))) or {})
                     continue
                 if ref.kind != KIND_DATA:
@@ -130,8 +131,8 @@ def _window(infos: list[_BlockInfo], cutoff: int | None, res: DumpResult) -> Ite
             yield b.raw()
             rows, tmin, tmax = b.rows, b.tmin, b.tmax
         else:
-            recs = [r for r in recfiles.read_native(b.raw()) if r.time_ns >= cutoff]
-            yield from recfiles.data_blocks(recs)
+            recs = [r for r in native.read_native(b.raw()) if r.time_ns >= cutoff]
+            yield from native.data_blocks(recs)
             rows, tmin, tmax = len(recs), recs[0].time_ns, max(r.time_ns for r in recs)
         res.records += rows
         res.first_ns = tmin if res.first_ns is None else min(res.first_ns, tmin)
@@ -167,10 +168,10 @@ def assemble(files: list[MappedFile], out: Path, fmt: str = "native", *,
         res.bytes = w.size
         return res
     recfiles.check_output(out, fmt, overwrite)
-    tmp = recfiles.new_temp(out, directory=fmt == "parquet")
+    tmp = recfiles.new_temp(out)
     try:
         if fmt == "parquet":
-            recs = (r for blk in _window(infos, cutoff, res) for r in recfiles.read_native(blk))
+            recs = (r for blk in _window(infos, cutoff, res) for r in native.read_native(blk))
             parquet.write_parquet(recs, tmp, meta)
         else:
             w = NativeWriter(os.open(tmp, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC), tmp)
@@ -190,8 +191,6 @@ def assemble(files: list[MappedFile], out: Path, fmt: str = "native", *,
 
 
 def _disk_size(p: Path) -> int:
-    if p.is_dir():
-        return sum(f.stat().st_size for f in p.iterdir() if f.is_file())
     return p.stat().st_size
 
 
@@ -380,13 +379,13 @@ def run_dump(args: argparse.Namespace) -> int:
     recfiles.check_output(out, fmt, args.force)
     if args.source is not None:
         source = recfiles.check_input(args.source)
-        if recfiles._parquet_recording(source):
+        if recfiles.parquet_files(source):
             # Parquet input: convert record by record.
             n = recfiles.write_recording(_last(source, args.last), out, fmt,
                                         read_meta(source), overwrite=args.force)
             print(f"rezolus-ue: wrote {out}: {n} records", file=sys.stderr)
             return 0
-        files = [MappedFile.open(f) for f in recfiles.recording_files(source)]
+        files = [MappedFile.open(f) for f in native.recording_files(source)]
         try:
             res = assemble(files, out, fmt, last_ns=args.last, overwrite=args.force)
         finally:
@@ -426,7 +425,7 @@ _DUMP_EPILOG = f"""\
 examples:
   sudo rezolus-ue dump incident.rzr                 the window of {DEFAULT_RING}
   sudo rezolus-ue dump --ring DIR --last 5m last5m.rzr
-  rezolus-ue dump --from run.rzr --format parquet run/   convert (needs pyarrow)
+  rezolus-ue dump --from run.rzr run.parquet             convert (needs pyarrow)
   sudo kill -USR1 $(cat DIR/{PID_FILE})               same, to DIR/{DUMPS_DIR}/"""
 
 
@@ -442,19 +441,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=_DUMP_EPILOG,
     )
     p.add_argument("outfile", type=path_arg, metavar="OUTFILE",
-                   help="recording to write (a directory for --format parquet)")
+                   help="recording to write (one file in either format)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--ring", type=path_arg, default=DEFAULT_RING, metavar="DIR",
                      help=f"the flight recorder's directory (default {DEFAULT_RING})")
     src.add_argument("--from", dest="source", type=path_arg, metavar="FILE",
-                     help="read this recording (file, Parquet directory, or ring directory)")
+                     help="read this recording (native or Parquet file, or ring directory)")
     p.add_argument("--last", type=duration_arg, metavar="DURATION",
                    help="only the records of the last DURATION before the newest one")
     p.add_argument("--format", choices=("native", "parquet"),
                    help="native .rzr (default) or parquet (default if OUTFILE ends .parquet)")
     p.add_argument("--force", action="store_true",
-                   help="overwrite OUTFILE if it is a regular file (or a Parquet recording"
-                   " directory); nothing else is ever replaced")
+                   help="overwrite OUTFILE if it is a regular file; nothing else is ever"
+                   " replaced")
     p.add_argument("--timeout", type=duration_arg, default=60 * 10**9, metavar="DURATION",
                    help="how long to wait for the recorder's answer (default 60s)")
     p.set_defaults(func=run_dump)

@@ -1,178 +1,50 @@
-"""Recording files: the native ``.rzr`` format (always available) and Parquet (pyarrow).
+"""Recordings in every format behind one reader and one writer: the package's interface.
 
-Native format (docs/recording.md has the full specification): a sequence of blocks, each
-``sync "RZRB", kind, flags, reserved, length, CRC-32`` (16 bytes, little-endian) then the
-payload. A ``M`` block holds JSON metadata; a ``D`` block holds one flush of records as
-columnar tables, one per event, zlib-compressed. Every block stands alone, so:
+* ``read_records``, ``read_meta``, ``read_tables``, ``to_pandas`` read a native file
+  (``native``), a ring directory of native segments (``ring``), a Parquet file (ours or
+  Rezolus's, ``parquet``) or a directory of the previous Parquet form;
+* ``open_writer(path, fmt, meta)`` is the one writer ``record`` and ``dump`` use: a native
+  file written in place (a kill leaves it readable), or a Parquet file written from a
+  native journal beside it when closed (a killed recorder leaves the journal, which the
+  readers and ``dump --from`` read); ``write_recording`` writes records at once.
 
-* concatenating recordings (``cat a.rzr b.rzr``) gives a recording: that is how ring
-  segments become one dump;
-* a reader stops cleanly at a block cut short by a crash or ``kill -9`` and skips (with a
-  warning) a damaged block in the middle, resynchronising on the next valid block.
-
-Parquet (``parquet``): a directory with one ``<event>.parquet`` per event, written
-from native records. The layers below are ``blocks`` (framing, CRC, resync) and
-``tables`` (the columnar tables a data block holds, and their columns); this module
-writes and reads whole recordings in either format and guards the output files.
+The output guards live here too: what may be replaced, and writing beside then renaming.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
-import json
-import logging
 import os
 import secrets
 import stat
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import Any, Protocol
 
 from ...errors import os_error_text
 from ..records import Record
 from .blocks import (
-    BLOCK_PAYLOAD,
-    KIND_DATA,
-    KIND_META,
     NATIVE_SUFFIX,
     PARQUET_SUFFIX,
     PART_SUFFIX,
-    BlockError,
-    MappedFile,
     RecordingError,
     ScanStats,
     _not_a_file,
-    encode_block,
-    meta_block,
     recording_meta,
-    scan_blocks,
-    warn_damage,
 )
-from .parquet import _pyarrow, read_parquet, write_parquet
-from .tables import (
-    _INT_TYPES,
-    _chunks,
-    _event_filter,
-    decode_block,
-    encode_tables,
-    merge_by_time,
-    to_tables,
-)
+from .native import NativeWriter, read_file, read_native_meta, recording_files, write_native
+from .native import read_tables as read_native_tables
+from .parquet import _pyarrow, parquet_meta, read_parquet, write_parquet, write_parquet_from
 
-log = logging.getLogger("rezolus_ue")
-
-# --- writing --------------------------------------------------------------------------------
+FORMATS = ("native", "parquet")
 
 
-def data_blocks(records: Sequence[Record]) -> Iterator[bytes]:
-    """Yield ``records`` (in time order) as data blocks, halving a flush whose payload
-    would exceed BLOCK_PAYLOAD, so readers can refuse to inflate more than MAX_PAYLOAD."""
-    payload = encode_tables(to_tables(records))
-    if len(payload) > BLOCK_PAYLOAD and len(records) > 1:
-        half = len(records) // 2
-        yield from data_blocks(records[:half])
-        yield from data_blocks(records[half:])
-    else:
-        yield encode_block(KIND_DATA, payload)
-
-
-class NativeWriter:
-    """Append blocks to an open file descriptor: one ``write`` per block, so a kill leaves
-    at most one incomplete block, at the end."""
-
-    def __init__(self, fd: int, path: Path) -> None:
-        self.fd = fd
-        self.path = path
-        self.size = os.fstat(fd).st_size
-
-    @classmethod
-    def create(cls, path: Path, meta: dict[str, Any], *, overwrite: bool = False) -> NativeWriter:
-        """Return a writer for a new file at ``path`` that starts with ``meta``."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
-        flags |= os.O_TRUNC if overwrite else os.O_EXCL
-        try:
-            fd = os.open(path, flags, 0o644)
-        except FileExistsError:
-            raise RecordingError(f"{path} exists: use --force to overwrite it") from None
-        except (OSError, ValueError) as e:
-            raise RecordingError(os_error_text(e, path, "create")) from None
-        w = cls(fd, path)
-        w.write_block(meta_block(meta))
-        return w
-
-    def write_block(self, block: bytes) -> None:
-        """Write one block."""
-        view = memoryview(block)
-        try:
-            while view:
-                n = os.write(self.fd, view)
-                view = view[n:]
-        except OSError as e:
-            raise RecordingError(os_error_text(e, self.path, "write")) from None
-        self.size += len(block)
-
-    def write_records(self, records: Sequence[Record]) -> int:
-        """Write ``records`` as one data block (none: nothing), or several if their payload
-        exceeds BLOCK_PAYLOAD; return the bytes written."""
-        if not records:
-            return 0
-        # Sorted, each table is in time order and a reader merges them back exactly.
-        n = 0
-        for block in data_blocks(sorted(records, key=lambda r: r.time_ns)):
-            self.write_block(block)
-            n += len(block)
-        return n
-
-    def close(self, *, sync: bool = True) -> None:
-        """Flush to disk (if ``sync``) and close."""
-        if self.fd < 0:
-            return
-        try:
-            if sync:
-                os.fsync(self.fd)
-        except OSError as e:
-            log.warning("cannot fsync %s: %s", self.path, e.strerror)
-        finally:
-            os.close(self.fd)
-            self.fd = -1
-
-
-def write_native(records: Iterable[Record], path: Path, meta: dict[str, Any] | None = None,
-                 *, overwrite: bool = False, block_records: int = 50_000) -> int:
-    """Write ``records`` to a native recording at ``path``; return how many."""
-    w = NativeWriter.create(path, meta or recording_meta(), overwrite=overwrite)
-    n = 0
-    try:
-        for chunk in _chunks(records, block_records):
-            w.write_records(chunk)
-            n += len(chunk)
-    finally:
-        w.close()
-    return n
+def format_of(path: Path, fmt: str | None) -> str:
+    """Return the format to write ``path`` in: ``fmt``, else parquet for ``*.parquet``."""
+    return fmt or ("parquet" if path.suffix == PARQUET_SUFFIX else "native")
 
 
 # --- reading --------------------------------------------------------------------------------
-
-
-def read_native(buf: Any, events: Iterable[str] | None = None,
-                stats: ScanStats | None = None) -> Iterator[Record]:
-    """Yield the records of a native recording's bytes, block by block, in time order
-    within each block. Each block is decoded alone: one that cannot be is skipped and
-    counted in ``stats``, and reading goes on with the next."""
-    keep = _event_filter(events)
-    st = stats if stats is not None else ScanStats()
-    for ref in scan_blocks(buf, st):
-        if ref.kind != KIND_DATA:
-            continue
-        try:
-            tables = decode_block(buf, ref, keep)
-        except BlockError as e:
-            st.bad(ref, e)
-            continue
-        yield from merge_by_time(tables)
 
 
 def check_input(path: str | os.PathLike[str]) -> Path:
@@ -191,41 +63,6 @@ def check_input(path: str | os.PathLike[str]) -> Path:
     return p
 
 
-def recording_files(path: Path) -> list[Path]:
-    """Return the native files of ``path``: itself, or a directory's ``*.rzr`` and
-    ``*.rzr.part`` (a ring, or a Parquet recording's journal) in name order."""
-    if not path.is_dir():
-        return [path]
-    try:
-        entries = list(path.iterdir())
-    except OSError as e:
-        raise RecordingError(os_error_text(e, path, "read")) from None
-    return sorted(p for p in entries
-                  if p.is_file() and (p.name.endswith(NATIVE_SUFFIX)
-                                      or p.name.endswith(NATIVE_SUFFIX + PART_SUFFIX)))
-
-
-def _parquet_files(path: Path) -> list[Path]:
-    if path.is_dir():
-        try:
-            entries = list(path.iterdir())
-        except OSError as e:
-            raise RecordingError(os_error_text(e, path, "read")) from None
-        return sorted(p for p in entries if p.is_file() and p.suffix == PARQUET_SUFFIX)
-    return [path] if _is_parquet(path) else []
-
-
-def _parquet_recording(path: Path) -> list[Path]:
-    """Return the Parquet files to read for ``path`` (none: read it as native).
-
-    A Parquet directory's native journal, left by a recorder that was killed before
-    converting, is the whole truth and wins.
-    """
-    if path.is_dir() and recording_files(path):
-        return []
-    return _parquet_files(path)
-
-
 def _is_parquet(path: Path) -> bool:
     try:
         with open(path, "rb") as f:
@@ -234,25 +71,19 @@ def _is_parquet(path: Path) -> bool:
         return False
 
 
-def _read_file(f: Path, events: Iterable[str] | None, st: ScanStats,
-               alone: bool) -> Iterator[Record]:
-    """Yield one native file's records; warn once about what was skipped. A file with
-    bytes but no valid block is not a recording: an error if read ``alone``."""
-    mf = MappedFile.open(f)
-    one = ScanStats()
+def parquet_files(path: Path) -> list[Path]:
+    """Return the Parquet files to read for ``path`` (none: read it as native): itself,
+    or a directory's ``*.parquet`` (the previous form) unless it holds a native journal,
+    which a recorder killed before converting left: that is the whole truth and wins."""
+    if not path.is_dir():
+        return [path] if _is_parquet(path) else []
+    if recording_files(path):
+        return []
     try:
-        yield from read_native(mf.buf, events, one)
-        size = len(mf.buf)
-    finally:
-        mf.close()
-    st.add(one)
-    if size and not one.blocks:
-        msg = f"{f} is not a rezolus-ue recording (no valid block in its {size} bytes)"
-        if alone:
-            raise RecordingError(msg)
-        log.warning("%s", msg)
-        return
-    warn_damage(f, one)
+        entries = list(path.iterdir())
+    except OSError as e:
+        raise RecordingError(os_error_text(e, path, "read")) from None
+    return sorted(p for p in entries if p.is_file() and p.suffix == PARQUET_SUFFIX)
 
 
 def read_records(path: str | os.PathLike[str], events: Iterable[str] | None = None,
@@ -260,115 +91,59 @@ def read_records(path: str | os.PathLike[str], events: Iterable[str] | None = No
     """Yield the records of a recording, oldest first.
 
     ``path`` is a native file, a directory of native files (a ring: its segments in
-    order), a Parquet recording directory, or one of its ``.parquet`` files. ``events``
-    keeps only those event names. Damage loses only itself: bytes that are not valid
-    blocks and blocks (or Parquet row groups) that cannot be decoded are skipped, counted
-    in ``stats`` and reported in one warning per file. Raise RecordingError if ``path``
-    cannot be read at all, or is a file with no valid block.
+    order), a Parquet file (ours, or one Rezolus wrote), or a directory of the previous
+    Parquet form. ``events`` keeps only those event names. Damage loses only itself: bytes
+    that are not valid blocks and blocks (or Parquet row groups) that cannot be decoded are
+    skipped, counted in ``stats`` and reported in one warning per file. Raise
+    RecordingError if ``path`` cannot be read at all, or is a file with no valid block.
     """
     p = check_input(path)
     st = stats if stats is not None else ScanStats()
-    if _parquet_recording(p):
-        yield from read_parquet(_parquet_recording(p), events, st)
+    if pq_files := parquet_files(p):
+        yield from read_parquet(pq_files, events, st)
         return
     for f in recording_files(p):
-        yield from _read_file(f, events, st, alone=f == p)
-
-
-#: Metadata keys whose type readers rely on: a recording with another type drops them.
-_META_INTS = ("version", "wall_offset_ns", "started_unix_ns", "segment")
-
-
-def _clean_meta(value: Any) -> dict[str, Any] | None:
-    if not isinstance(value, dict):
-        return None
-    return {k: v for k, v in value.items()
-            if k not in _META_INTS or (type(v) is int and abs(v) < 1 << 63)}
+        yield from read_file(f, events, st, alone=f == p)
 
 
 def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Return the recording's metadata (its first readable metadata block; {} if none)."""
     p = check_input(path)
-    for pq_file in _parquet_recording(p)[:1]:
-        pa, pq = _pyarrow()
-        try:
-            kv = pq.ParquetFile(pq_file).schema_arrow.metadata or {}
-            return _clean_meta(json.loads(kv.get(b"rezolus_ue.meta", b"{}"))) or {}
-        except (OSError, ValueError, RecursionError, pa.ArrowException):
-            return {}  # read_records says what is wrong with the file
-    for f in recording_files(p):
-        mf = MappedFile.open(f)
-        try:
-            for ref in scan_blocks(mf.buf):
-                if ref.kind != KIND_META:
-                    continue
-                with contextlib.suppress(BlockError, ValueError, RecursionError):
-                    if (meta := _clean_meta(json.loads(ref.payload(mf.buf)))) is not None:
-                        return meta
-        finally:
-            mf.close()
-    return {}
+    if pq_files := parquet_files(p):
+        return parquet_meta(pq_files[0])
+    return read_native_meta(recording_files(p))
 
 
 def read_tables(path: str | os.PathLike[str],
                 events: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
-    """Return a native recording as one table per event: {event: {column: values}}.
+    """Return a recording as one table per event: {event: {column: values}}.
 
     Integer columns are numpy arrays, str and bytes columns lists: ready for
     ``pandas.DataFrame(columns)``. An event recorded with two field layouts (two agent
     versions) gets its second as ``<event>#2``. Damage is skipped as by ``read_records``.
     """
-    keep = _event_filter(events)
-    acc: dict[str, tuple[tuple[str, ...], dict[str, list[Any]]]] = {}
-    for f in recording_files(check_input(path)):
-        mf = MappedFile.open(f)
-        st = ScanStats()
-        try:
-            for ref in scan_blocks(mf.buf, st):
-                if ref.kind != KIND_DATA:
-                    continue
-                try:
-                    tables = decode_block(mf.buf, ref, keep)
-                except BlockError as e:
-                    st.bad(ref, e)
-                    continue
-                for t in tables:
-                    key, k = t.event, 1
-                    sig = tuple(t.types.items())
-                    while key in acc and acc[key][0] != sig:
-                        k += 1
-                        key = f"{t.event}#{k}"
-                    cols = acc.setdefault(key, (sig, {c: [] for c in t.types}))[1]
-                    for c, v in t.columns.items():
-                        cols[c].append(v)
-        finally:
-            mf.close()
-        warn_damage(f, st)
+    p = check_input(path)
+    if not parquet_files(p):
+        return read_native_tables(p, events)
+    from .tables import to_tables
+
     out: dict[str, dict[str, Any]] = {}
-    for key, (sig, cols) in acc.items():
-        types = dict(sig)
-        out[key] = {c: (np.concatenate(parts) if types[c] in _INT_TYPES
-                        else list(itertools.chain.from_iterable(parts)))
-                    for c, parts in cols.items()}
+    for t in to_tables(read_records(p, events)):
+        key, k = t.event, 1
+        while key in out:
+            k += 1
+            key = f"{t.event}#{k}"
+        out[key] = dict(t.columns)
     return out
 
 
 def to_pandas(path: str | os.PathLike[str], events: Iterable[str] | None = None) -> dict:
-    """Return {event: pandas.DataFrame} for a native or Parquet recording (needs pandas)."""
+    """Return {event: pandas.DataFrame} for any recording (needs pandas)."""
     try:
         import pandas as pd
     except ImportError:
         raise RecordingError("to_pandas needs pandas: pip install pandas") from None
-    p = check_input(path)
-    if files := _parquet_recording(p):
-        pa, _pq = _pyarrow()
-        keep = _event_filter(events)
-        try:
-            return {f.stem: pd.read_parquet(f) for f in files
-                    if keep is None or keep(f.stem.split("-", 1)[0])}
-        except (OSError, ValueError, pa.ArrowException) as e:
-            raise RecordingError(f"cannot read {p}: {e}") from None
-    return {e: pd.DataFrame(cols) for e, cols in read_tables(p, events).items()}
+    return {e: pd.DataFrame(cols) for e, cols in read_tables(path, events).items()}
 
 
 # --- output files -----------------------------------------------------------------------
@@ -381,59 +156,33 @@ def _kind_of(mode: int) -> str:
             else "not a regular file")
 
 
-def _parquet_dir_files(path: Path) -> list[Path] | None:
-    """Return the files of a directory that holds a Parquet recording and nothing else
-    (its ``.parquet`` files, a journal, a ``.part`` of either); None if it holds more."""
-    try:
-        entries = list(os.scandir(path))
-    except OSError as e:
-        raise RecordingError(os_error_text(e, path, "read")) from None
-    ours = (PARQUET_SUFFIX, PARQUET_SUFFIX + PART_SUFFIX, NATIVE_SUFFIX,
-            NATIVE_SUFFIX + PART_SUFFIX)
-    if not all(e.is_file(follow_symlinks=False) and e.name.endswith(ours) for e in entries):
-        return None
-    return [Path(e.path) for e in entries]
-
-
 def check_output(out: Path, fmt: str, overwrite: bool) -> None:
-    """Refuse to write ``out`` unless it is new, or (with ``overwrite``) a regular file,
-    or for Parquet a directory holding only a Parquet recording (or nothing).
+    """Refuse to write ``out`` unless it is new or (with ``overwrite``) a regular file.
 
-    Nothing else is ever replaced: not a directory of other files, a device, a pipe or a
-    symbolic link (which would be replaced, not followed)."""
+    Nothing else is ever replaced: not a directory (a Parquet recording is one file now;
+    the directory of event files an earlier version wrote is only read), a device, a pipe
+    or a symbolic link (which would be replaced, not followed)."""
     try:
         mode = os.lstat(out).st_mode
     except FileNotFoundError:
         return
     except (OSError, ValueError) as e:
         raise RecordingError(os_error_text(e, out, "write")) from None
-    if fmt == "parquet" and stat.S_ISDIR(mode):
-        files = _parquet_dir_files(out)
-        if files is None:
-            raise RecordingError(f"{out} is a directory holding other files than a Parquet"
-                                 " recording: refusing to replace it; choose a new name")
-        if not files:
-            return
-    elif not stat.S_ISREG(mode):
-        hint = " (a Parquet recording is a directory: --format parquet)" \
-            if stat.S_ISDIR(mode) and fmt != "parquet" else ""
+    if not stat.S_ISREG(mode):
+        hint = f" (a {fmt} recording is one file: name one)" if stat.S_ISDIR(mode) else ""
         raise RecordingError(f"{out} is {_kind_of(mode)}: refusing to replace it; choose a"
                              f" new file name{hint}")
     if not overwrite:
         raise RecordingError(f"{out} exists: use --force to overwrite it")
 
 
-def new_temp(out: Path, *, directory: bool = False) -> Path:
-    """Create and return a new file (or directory) beside ``out`` to write it in, under a
-    name no one else uses: nothing that exists is ever truncated or removed."""
+def new_temp(out: Path) -> Path:
+    """Create and return a new file beside ``out`` to write it in, under a name no one
+    else uses: nothing that exists is ever truncated or removed."""
     for _ in range(100):
         tmp = out.with_name(f".{out.name[:200]}.{secrets.token_hex(4)}{PART_SUFFIX}")
         try:
-            if directory:
-                os.mkdir(tmp, 0o755)
-            else:
-                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                                 0o644))
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
             return tmp
         except FileExistsError:
             continue
@@ -443,38 +192,15 @@ def new_temp(out: Path, *, directory: bool = False) -> Path:
 
 
 def discard_temp(tmp: Path) -> None:
-    """Remove a file or directory ``new_temp`` made (and what we wrote into it)."""
+    """Remove a file ``new_temp`` made."""
     with contextlib.suppress(OSError):
-        if tmp.is_dir() and not tmp.is_symlink():
-            for f in tmp.iterdir():
-                f.unlink()
-            tmp.rmdir()
-        else:
-            tmp.unlink()
+        tmp.unlink()
 
 
 def replace_output(tmp: Path, out: Path) -> None:
-    """Move the complete ``tmp`` to ``out``, which ``check_output`` accepted: a file by
-    rename; a Parquet directory by setting the old one aside first, removing only its
-    recording files once the new one is in place."""
+    """Move the complete ``tmp`` to ``out``, which ``check_output`` accepted."""
     try:
-        if tmp.is_dir() and out.is_dir() and not out.is_symlink():
-            old = _parquet_dir_files(out)
-            if old is None:
-                raise RecordingError(f"{out} now holds other files: refusing to replace it")
-            aside = new_temp(out, directory=True)
-            os.rmdir(aside)
-            os.rename(out, aside)
-            try:
-                os.rename(tmp, out)
-            except OSError:
-                os.rename(aside, out)
-                raise
-            for f in old:
-                (aside / f.name).unlink(missing_ok=True)
-            os.rmdir(aside)
-        else:
-            os.replace(tmp, out)
+        os.replace(tmp, out)
     except OSError as e:
         raise RecordingError(os_error_text(e, out, "write")) from None
 
@@ -489,7 +215,7 @@ def write_recording(records: Iterable[Record], out: Path, fmt: str,
     check_output(out, fmt, overwrite)
     if fmt == "parquet":
         _pyarrow()
-    tmp = new_temp(out, directory=fmt == "parquet")
+    tmp = new_temp(out)
     try:
         if fmt == "parquet":
             n = write_parquet(records, tmp, meta)
@@ -503,3 +229,81 @@ def write_recording(records: Iterable[Record], out: Path, fmt: str,
         discard_temp(tmp)
         raise
     return n
+
+
+# --- the writer interface -------------------------------------------------------------------
+
+
+class Writer(Protocol):
+    """Where records go, in any format: ``write`` as they come, ``close`` when done."""
+
+    path: Path
+
+    def write(self, records: list[Record]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NativeFileWriter:
+    """A native recording at ``path``, written in place (a kill leaves it readable)."""
+
+    def __init__(self, path: Path, meta: dict[str, Any], *, overwrite: bool = False) -> None:
+        check_output(path, "native", overwrite)
+        self.path = path
+        self.writer = NativeWriter.create(path, meta, overwrite=overwrite)
+
+    def write(self, records: list[Record]) -> None:
+        """Append the records as one block."""
+        self.writer.write_records(records)
+
+    def close(self) -> None:
+        """Flush and close the file."""
+        self.writer.close()
+
+
+def journal_of(path: Path) -> Path:
+    """Return the native journal a Parquet recording at ``path`` is written through."""
+    return path.with_name(f"{path.name}.journal{NATIVE_SUFFIX}")
+
+
+class ParquetFileWriter:
+    """A Parquet recording at ``path``: records go to a native journal beside it
+    (``journal_of``), converted to ``path`` on close and then deleted. A killed recorder
+    leaves the journal: ``dump --from JOURNAL --format parquet`` converts it."""
+
+    def __init__(self, path: Path, meta: dict[str, Any], *, overwrite: bool = False) -> None:
+        _pyarrow()
+        check_output(path, "parquet", overwrite)
+        self.path = path
+        self.meta = meta
+        self.overwrite = overwrite
+        self.journal = NativeFileWriter(journal_of(path), meta, overwrite=True)
+
+    def write(self, records: list[Record]) -> None:
+        """Append the records to the journal."""
+        self.journal.write(records)
+
+    def close(self) -> None:
+        """Convert the journal to the Parquet file, then delete it."""
+        self.journal.close()
+        jp = self.journal.path
+        check_output(self.path, "parquet", self.overwrite)
+        tmp = new_temp(self.path)
+        try:
+            write_parquet_from(jp, tmp, self.meta)
+            replace_output(tmp, self.path)
+        except OSError as e:  # the journal stays: `dump --from JOURNAL` converts it later
+            discard_temp(tmp)
+            raise RecordingError(os_error_text(e, self.path, "write")) from None
+        except BaseException:
+            discard_temp(tmp)
+            raise
+        jp.unlink(missing_ok=True)
+
+
+def open_writer(path: Path, fmt: str, meta: dict[str, Any] | None = None, *,
+                overwrite: bool = False) -> Writer:
+    """Return a writer of ``fmt`` ("native" or "parquet") for a new recording at ``path``
+    (refused as ``check_output`` says) that starts with ``meta``."""
+    cls = ParquetFileWriter if fmt == "parquet" else NativeFileWriter
+    return cls(path, meta or recording_meta(), overwrite=overwrite)

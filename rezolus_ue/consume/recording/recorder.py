@@ -24,16 +24,16 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Protocol
 
-from ...config import DURATION_HELP, duration_arg, format_duration, path_arg
-from ...errors import ConfigError, os_error_text
+from ...config import DURATION_HELP, SYSTEM_CONFIG, duration_arg, format_duration, path_arg
+from ...errors import ConfigError
 from ..records import Record
 from ..source import COSTLY_HELP, Source, open_test_source
 from . import files as recfiles
 from . import parquet
 from .blocks import RecordingError, recording_meta
 from .dump import DumpServer
-from .files import NativeWriter, read_meta, read_records
 from .ring import Ring, running_recorder
+from .triggers import TriggerDumps, load_rules
 
 log = logging.getLogger("rezolus_ue")
 
@@ -84,61 +84,22 @@ class Sink(Protocol):
 
 
 class FileSink:
-    """A native recording at ``path``, written in place (a kill leaves it readable)."""
+    """A recording at ``path`` in either format (``files.open_writer``)."""
 
-    def __init__(self, path: Path, *, overwrite: bool = False) -> None:
-        recfiles.check_output(path, "native", overwrite)
+    def __init__(self, path: Path, fmt: str = "native", *, overwrite: bool = False) -> None:
         self.path = path
-        self.writer = NativeWriter.create(path, recording_meta(), overwrite=overwrite)
+        self.writer = recfiles.open_writer(path, fmt, recording_meta(), overwrite=overwrite)
 
     def write(self, records: list[Record]) -> None:
-        """Append the records as one block."""
-        self.writer.write_records(records)
+        """Write the records (one block of the file, or of a Parquet file's journal)."""
+        self.writer.write(records)
 
     def tick(self) -> None:
         """Nothing to maintain."""
 
     def close(self) -> None:
-        """Flush and close the file."""
+        """Finish the file."""
         self.writer.close()
-
-
-class ParquetSink:
-    """A Parquet recording directory: records go to a native journal first, converted
-    to ``<event>.parquet`` files on close (a killed recorder leaves the journal, which
-    ``read_records`` and ``dump --from`` read)."""
-
-    JOURNAL = "journal.rzr"
-
-    def __init__(self, path: Path, *, overwrite: bool = False) -> None:
-        parquet._pyarrow()
-        recfiles.check_output(path, "parquet", overwrite)
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            # --force: the previous recording's files (check_output saw nothing else).
-            for f in recfiles._parquet_dir_files(path) or ():
-                f.unlink()
-        except OSError as e:
-            raise RecordingError(os_error_text(e, path, "create")) from None
-        self.path = path
-        self.journal = FileSink(path / self.JOURNAL)
-
-    def write(self, records: list[Record]) -> None:
-        """Append the records to the journal."""
-        self.journal.write(records)
-
-    def tick(self) -> None:
-        """Nothing to maintain."""
-
-    def close(self) -> None:
-        """Convert the journal to Parquet files, then delete it."""
-        self.journal.close()
-        jp = self.journal.path
-        try:
-            parquet.write_parquet(read_records(jp), self.path, read_meta(jp))
-            jp.unlink()
-        except OSError as e:  # the journal stays: `dump --from DIR` converts it later
-            raise RecordingError(os_error_text(e, self.path, "write")) from None
 
 
 # --- the recording loop -----------------------------------------------------------------------
@@ -165,9 +126,11 @@ class LoopStats:
 
 def record_loop(source: Source, sink: Sink, ctl: Control, *, flush_ns: int,
                 duration_ns: int | None = None, on_dump: Callable[[], None] | None = None,
-                clock: Callable[[], int] = time.monotonic_ns) -> LoopStats:
+                clock: Callable[[], int] = time.monotonic_ns,
+                triggers: TriggerDumps | None = None) -> LoopStats:
     """Move records from ``source`` to ``sink`` until ``ctl.stop``, the duration, or the
-    source's end; write them every ``flush_ns`` (and before a dump)."""
+    source's end; write them every ``flush_ns`` (and before a dump, or a ``triggers``
+    window that is due)."""
     stats = LoopStats()
     start = clock()
     deadline = None if duration_ns is None else start + duration_ns
@@ -183,8 +146,11 @@ def record_loop(source: Source, sink: Sink, ctl: Control, *, flush_ns: int,
             buf.extend(recs)
             stats.records += len(recs)
             stats.events.update(r.event for r in recs)
+            if triggers is not None:
+                triggers.feed(recs)
         now = clock()
-        if now >= next_flush or len(buf) >= MAX_BUFFER or ctl.dump:
+        due = triggers is not None and triggers.due
+        if now >= next_flush or len(buf) >= MAX_BUFFER or ctl.dump or due:
             sink.write(buf)
             buf = []
             next_flush = now + flush_ns
@@ -194,6 +160,8 @@ def record_loop(source: Source, sink: Sink, ctl: Control, *, flush_ns: int,
                 stats.lost = source.lost
         else:
             sink.tick()
+        if due:
+            triggers.write()  # type: ignore[union-attr]
         if ctl.dump:
             ctl.dump = False
             if on_dump is not None:
@@ -203,7 +171,11 @@ def record_loop(source: Source, sink: Sink, ctl: Control, *, flush_ns: int,
     buf.extend(rest)
     stats.records += len(rest)
     stats.events.update(r.event for r in rest)
+    if triggers is not None:
+        triggers.feed(rest)
     sink.write(buf)
+    if triggers is not None:
+        triggers.close()
     return stats
 
 
@@ -261,12 +233,16 @@ def run_record(args: argparse.Namespace) -> int:
             f", {format_duration(args.max_age)}" if args.max_age else "") + ")"
     else:
         path = Path(target)  # type: ignore[arg-type]
-        fmt = args.format or ("parquet" if path.suffix == ".parquet" else "native")
+        fmt = recfiles.format_of(path, args.format)
         if fmt == "parquet":
             parquet._pyarrow()
         recfiles.check_output(path, fmt, args.force)
         where = str(path)
+    rules = load_rules(args.config)  # a bad rule is refused before waiting for the agent
+    if rules and args.ring is None and args.config is not None:
+        raise ConfigError(f"{args.config}: [[trigger]] rules need --ring DIR")
     source = _open_source(args, events)
+    watch: TriggerDumps | None = None
     try:
         if args.ring is not None:
             ring = Ring(args.ring, max_size=args.max_size or DEFAULT_RING_SIZE,
@@ -275,10 +251,9 @@ def run_record(args: argparse.Namespace) -> int:
             ring.open()
             sink: Sink = ring
             server = DumpServer(ring)
-        elif fmt == "parquet":
-            sink = ParquetSink(path, overwrite=args.force)
+            watch = TriggerDumps(rules, ring) if rules else None
         else:
-            sink = FileSink(path, overwrite=args.force)
+            sink = FileSink(path, fmt, overwrite=args.force)
         try:
             ctl.running = True
             log.info("recording to %s%s (Ctrl-C to stop%s)", where,
@@ -286,7 +261,7 @@ def run_record(args: argparse.Namespace) -> int:
                      "; SIGUSR1 or `rezolus-ue dump` to dump" if ring else "")
             stats = record_loop(source, sink, ctl, flush_ns=args.flush,
                                 duration_ns=args.duration,
-                                on_dump=server.serve if server else None)
+                                on_dump=server.serve if server else None, triggers=watch)
         finally:
             if server is not None:
                 server.join()
@@ -330,7 +305,7 @@ examples:
   sudo rezolus-ue record run.rzr --duration 10m            every cheap event, 10 minutes
   sudo rezolus-ue record run.rzr --costly                  every event, BPF-counted too
   sudo rezolus-ue record cpu.rzr 'rezolus_cpu*'            some events, until Ctrl-C
-  sudo rezolus-ue record --format parquet run/             Parquet (needs pyarrow)
+  sudo rezolus-ue record run.parquet                       Parquet: Rezolus's viewer opens it
   sudo rezolus-ue record --ring /var/lib/rezolus-ue/ring --max-size 1G --max-age 1h
   sudo rezolus-ue dump incident.rzr                        write the ring's window
   rezolus-ue tail --from run.rzr                           read it back
@@ -352,7 +327,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=_RECORD_EPILOG,
     )
     p.add_argument("target", nargs="?", metavar="FILE",
-                   help="recording to write (a directory for --format parquet)")
+                   help="recording to write (one file in either format)")
     p.add_argument("events", nargs="*", metavar="EVENT",
                    help="event names or shell globs (default: every cheap rezolus-ue event,"
                    " and applications' otlp_metrics when the otel extra is installed: each"
@@ -362,11 +337,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-d", "--duration", type=duration_arg, metavar="DURATION",
                    help=f"stop after DURATION ({DURATION_HELP}); default: until Ctrl-C")
     p.add_argument("--format", choices=("native", "parquet"),
-                   help="native .rzr (default) or parquet (default if FILE ends .parquet;"
+                   help="native .rzr (default) or parquet, one file Rezolus's viewer opens"
+                   " (default if FILE ends .parquet;"
                    " needs pyarrow)")
     p.add_argument("--force", action="store_true",
-                   help="overwrite FILE if it is a regular file (or a Parquet recording"
-                   " directory); nothing else is ever replaced")
+                   help="overwrite FILE if it is a regular file; nothing else is ever"
+                   " replaced")
     p.add_argument("--flush", type=duration_arg, default=10**9, metavar="DURATION",
                    help="write buffered records this often: a crash loses at most this much"
                    " (default 1s)")
@@ -379,6 +355,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                       help=f"bound the segments' total size: {SIZE_HELP} (default 100M)")
     ring.add_argument("--max-age", type=duration_arg, metavar="DURATION",
                       help="delete segments older than DURATION (default: size bound only)")
+    ring.add_argument("-c", "--config", type=path_arg, metavar="FILE",
+                      help="read [[trigger]] rules from this config file (default:"
+                      f" {SYSTEM_CONFIG} if it exists): each writes a window of the ring"
+                      " to DIR/dumps/ when its condition holds")
     ring.add_argument("--segment-size", type=_arg_size, help=argparse.SUPPRESS)
     ring.add_argument("--segment-age", type=duration_arg, help=argparse.SUPPRESS)
     # Tests and replays: read records from a recording or JSON lines ("-": stdin).

@@ -3,7 +3,8 @@ Rezolus metric, so that Rezolus's viewer fills its built-in dashboards from our 
 
 A metric of ours that Rezolus also has is written under Rezolus's ``metric`` name with its
 labels (``state``, ``op``, ``direction``, ``kind``...) and label names (a CPU is ``id``, a
-cgroup ``name``); every other one keeps a name of ours, ``rezolus_ue_<family>_<metric>``,
+cgroup ``name``); every other one keeps a name of ours, ``rezolus_ue_<family>__<metric>`` (two
+underscores: ``agent`` + ``sampler_errors`` is not ``agent_sampler`` + ``errors``),
 and shows in the viewer's query explorer. Where two of our events count the same thing
 (``rezolus_blockio_device`` from procfs and ``rezolus_blockio_requests`` from BPF), only
 the cheap one, which a default recording holds, takes Rezolus's name: a dashboard's
@@ -71,8 +72,9 @@ MAPPING: dict[str, dict[str, Name]] = {
                               for m in ("hit", "miss", "foreign", "local", "other",
                                         "interleave")},
     "rezolus_blockio_device": {
-        **{f"{op}s": _n("blockio_operations", op=op)
-           for op in ("read", "write", "discard", "flush")},
+        **{ours: _n("blockio_operations", op=op) for ours, op in (
+            ("reads", "read"), ("writes", "write"), ("discards", "discard"),
+            ("flushes", "flush"))},
         **{f"{op}_bytes": _n("blockio_bytes", op=op) for op in ("read", "write", "discard")},
     },
     "rezolus_blockio_latency": {"latency_ns": _n("blockio_latency")},
@@ -118,7 +120,7 @@ def rezolus_name(family: Family, metric: Metric) -> Name:
     name = MAPPING.get(family.event, {}).get(metric.name)
     if name is not None:
         return name
-    return Name(f"{OURS}{family.event.removeprefix('rezolus_')}_{metric.name}")
+    return Name(f"{OURS}{family.event.removeprefix('rezolus_')}__{metric.name}")
 
 
 def label_name(label: str) -> str:
