@@ -186,7 +186,7 @@ class Option:
     """
 
     key: str
-    kind: str  # "duration" | "bool" | "path" | "choice" | "int" | "strings"
+    kind: str  # "duration" | "bool" | "path" | "choice" | "int" | "strings" | "string" | "number"
     default: object
     help: str
     choices: tuple[str, ...] = ()
@@ -204,7 +204,8 @@ class Option:
             raise TypeError(f"option {self.key}: kind {self.kind!r} needs"
                             f" bounds={want.__name__}(...), not {self.bounds!r}")
         try:
-            self.convert(self.default)
+            if self.default is not None:  # None: a rule's key that has no default
+                self.convert(self.default)
         except ValueError as e:
             raise ValueError(f"option {self.key}: default {self.default!r}: {e}") from None
 
@@ -218,6 +219,10 @@ class Option:
             return "a path string (\"\" for the default)"
         if self.kind == "strings":
             return "a list of strings, e.g. [\"a\", \"b*\"]"
+        if self.kind == "string":
+            return "a string"
+        if self.kind == "number":
+            return "a number"
         return "one of " + ", ".join(f'"{c}"' for c in self.choices)
 
     def convert(self, value: object) -> object:
@@ -240,6 +245,14 @@ class Option:
             if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
                 raise ValueError(f"expected {self.allowed()}")
             return tuple(value)
+        if self.kind == "string":
+            if not isinstance(value, str):
+                raise ValueError(f"expected {self.allowed()}")
+            return str(value)
+        if self.kind == "number":
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise ValueError(f"expected {self.allowed()}")
+            return value
         if self.kind == "choice":
             if value not in self.choices:
                 raise ValueError(f"{shown(value)} is not allowed: expected {self.allowed()}")
@@ -293,6 +306,44 @@ SAMPLER_OPTIONS: tuple[Option, ...] = (
            " of its events enabled."),
 )
 
+#: The keys of a ``[[trigger]]`` rule: the flight recorder (``record --ring``) writes a
+#: window of its ring to a file of its own when the rule's condition holds.
+TRIGGER_OPTIONS: tuple[Option, ...] = (
+    Option("name", "string", "",
+           "Names the rule in the log and in the dump's file name (letters, digits, '.',"
+           " '_' and '-'); default: <event>.<metric>."),
+    Option("event", "string", "",
+           "The event to watch (required): one of `rezolus-ue events`, or its _dist event."),
+    Option("metric", "string", "",
+           "The metric to watch (required): a counter is compared as its rate per second,"
+           " a gauge as its value; a histogram, or any metric of a _dist event, by the"
+           " percentile below."),
+    Option("percentile", "choice", "",
+           "Which percentile of a histogram or _dist metric to compare (required for"
+           " them, refused for others).", choices=("", "p50", "p90", "p99", "p999", "max")),
+    Option("over", "choice", "max",
+           "How the event's series (one per CPU, device, cgroup...) combine into the one"
+           " value compared each publish interval.", choices=("max", "min", "sum", "mean")),
+    Option("above", "number", None,
+           "Hold when the value is above this (one of above and below is required)."),
+    Option("below", "number", None, "Hold when the value is below this."),
+    Option("for", "int", 1, "Fire once the condition held this many publish intervals in"
+           " a row.", bounds=IntRange(1, 3600)),
+    Option("before", "duration", "1m",
+           "Dump this much before the first interval in which the condition held.",
+           bounds=DurationRange("0s", "1h")),
+    Option("after", "duration", "30s",
+           "And this much after the last: the dump is written once that has passed"
+           " without the condition holding again, and until then the rule does not fire"
+           " again (a condition that holds on is written after holding an hour).",
+           bounds=DurationRange("0s", "1h")),
+)
+#: The rule the shipped config shows, commented out.
+TRIGGER_EXAMPLE: dict[str, object] = {
+    "name": "cpu-busy", "event": "rezolus_cpu_usage", "metric": "busy_ppm", "over": "min",
+    "above": 900_000, "for": 3, "before": "1m", "after": "30s"}
+_TRIGGER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
 
 @dataclass(frozen=True)
 class Config:
@@ -301,6 +352,9 @@ class Config:
     path: Path | None = None
     agent: Mapping[str, object] = field(default_factory=dict)
     samplers: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    #: ``[[trigger]]`` rules: every key of TRIGGER_OPTIONS (name filled in), checked for
+    #: type and range; ``recording.triggers`` checks their events and metrics.
+    triggers: tuple[Mapping[str, object], ...] = ()
 
     @property
     def publish_interval_ns(self) -> int:
@@ -429,10 +483,10 @@ def parse(text: str, samplers: Mapping[str, tuple[Option, ...]],
         return ConfigError(f"{where}:{lines.find(table, key)}: {msg}")
 
     base = defaults(samplers)
-    unknown = [k for k in doc if k not in ("agent", "samplers")]
+    unknown = [k for k in doc if k not in ("agent", "samplers", "trigger")]
     if unknown:
-        raise fail((), unknown[0],
-                   f"unknown table or key {shown(unknown[0])}; allowed: [agent], [samplers.<name>]")
+        raise fail((), unknown[0], f"unknown table or key {shown(unknown[0])}; allowed:"
+                   " [agent], [samplers.<name>], [[trigger]]")
     agent = dict(base.agent)
     given = _section(doc.get("agent", {}), AGENT_OPTIONS, ("agent",), fail)
     agent.update(given)
@@ -454,7 +508,41 @@ def parse(text: str, samplers: Mapping[str, tuple[Option, ...]],
             raise fail(("samplers",), name,
                        f"unknown sampler {shown(name)}; known: {', '.join(sorted(samplers))}")
         out[name].update(_section(section, samplers[name], ("samplers", name), fail))
-    return Config(path, agent, out)
+    return Config(path, agent, out, _triggers(doc.get("trigger", []), fail))
+
+
+def _triggers(rules: object, fail) -> tuple[dict[str, object], ...]:  # type: ignore[no-untyped-def]
+    """Return the ``[[trigger]]`` rules with their defaults, each error naming the rule."""
+    if not isinstance(rules, list) or not all(isinstance(r, dict) for r in rules):
+        raise fail((), "trigger", "'trigger' must be an array of tables: [[trigger]]")
+    known = {o.key: o for o in TRIGGER_OPTIONS}
+    out: list[dict[str, object]] = []
+    for n, rule in enumerate(rules):
+        table = ("trigger", f"#{n}")
+        name = rule.get("name") or f"{rule.get('event', '')}.{rule.get('metric', '')}"
+        what = f"[[trigger]] {shown(name, 40)}"
+        got: dict[str, object] = {o.key: None if o.default is None else o.convert(o.default)
+                                  for o in TRIGGER_OPTIONS}
+        for key, value in rule.items():
+            opt = known.get(key)
+            if opt is None:
+                raise fail(table, key, f"{what}: unknown key {shown(key)}; allowed: "
+                           + ", ".join(known))
+            try:
+                got[key] = opt.convert(value)
+            except ValueError as e:
+                raise fail(table, key, f"{what} {key}: {e}") from None
+        for key in ("event", "metric"):
+            if not got[key]:
+                raise fail(table, None, f"{what}: {key} is required")
+        if (got["above"] is None) == (got["below"] is None):
+            raise fail(table, None, f"{what}: give one of above and below")
+        got["name"] = got["name"] or f"{got['event']}.{got['metric']}"
+        if not _TRIGGER_NAME.fullmatch(str(got["name"])):
+            raise fail(table, "name", f"{what} name: use 1 to 64 letters, digits, '.', '_'"
+                       " or '-' (it names the dump's file)")
+        out.append(got)
+    return tuple(out)
 
 
 def _section(section: object, options: tuple[Option, ...], table: tuple[str, ...],
@@ -515,10 +603,14 @@ class _KeyLines:
     def __init__(self, text: str) -> None:
         self.lines: dict[tuple[str, ...], int] = {}
         table: tuple[str, ...] = ()
+        arrays: dict[tuple[str, ...], int] = {}  # [[name]] headers seen: "#0", "#1"...
         for n, line in enumerate(text.splitlines(), 1):
             header = _header_of(line)
             if header is not None:
                 table = _split_key(header)
+                if line.lstrip().startswith("[["):
+                    arrays[table] = arrays.get(table, -1) + 1
+                    table += (f"#{arrays[table]}",)
                 for i in range(1, len(table) + 1):
                     self.lines.setdefault(table[:i], n)
                 continue
@@ -550,7 +642,20 @@ def render_default(samplers: Mapping[str, tuple[Option, ...]], docs: Mapping[str
         t.comment(docs.get(name, ""))
         samp.add(name, t)
     doc.add("samplers", samp)
-    return tomlkit.dumps(doc)
+    return tomlkit.dumps(doc) + _trigger_example()
+
+
+def _trigger_example() -> str:
+    """Return the commented ``[[trigger]]`` example that ends the shipped config."""
+    lines = ["", "# Flight recorder triggers (`rezolus-ue record --ring DIR --config FILE`): each",
+             "# [[trigger]] rule writes a window of the ring to DIR/dumps/ when its condition",
+             "# holds (docs/recording.md). None is set by default; for example:", "#",
+             "# [[trigger]]"]
+    for o in TRIGGER_OPTIONS:
+        if o.key in TRIGGER_EXAMPLE:
+            lines += ["# " + ln for ln in _wrap(o.help, 86)]
+            lines.append(f"# {o.key} = {tomlkit.item(TRIGGER_EXAMPLE[o.key]).as_string()}")
+    return "\n".join(lines) + "\n"
 
 
 def _table(options: tuple[Option, ...]) -> tomlkit.items.Table:

@@ -97,11 +97,16 @@ def _cmd_check(args: argparse.Namespace) -> int:
         else:
             conf, _ = _load(path or cfg.SYSTEM_CONFIG)
             source = f"{conf.path}: ok"
+        # The flight recorder checks its rules against the catalog at start: so does this.
+        from .consume.recording.triggers import rules
+
+        checked = rules(conf.triggers, conf.path)
     except ConfigError as e:
         print(e, file=sys.stderr)
         return 1
     enabled = sum(conf.sampler_enabled(n) for n in conf.samplers)
-    print(f"{source} ({enabled} of {len(conf.samplers)} samplers enabled)")
+    more = f", {len(checked)} trigger rule{'s' * (len(checked) != 1)}" if checked else ""
+    print(f"{source} ({enabled} of {len(conf.samplers)} samplers enabled{more})")
     return 0
 
 

@@ -92,7 +92,7 @@ def _man5_tags() -> list[str]:
 def test_config_manpage_has_every_option_with_its_default_and_range() -> None:
     import tomlkit
 
-    from rezolus_ue.config import AGENT_OPTIONS, SAMPLER_OPTIONS
+    from rezolus_ue.config import AGENT_OPTIONS, SAMPLER_OPTIONS, TRIGGER_OPTIONS
     from rezolus_ue.samplers import REGISTRY, options
 
     text = docs.config_manpage()
@@ -103,6 +103,8 @@ def test_config_manpage_has_every_option_with_its_default_and_range() -> None:
         assert f'.SS "[samplers.{name}]"' in text, name
         want += [f"{o.key} = {tomlkit.item(o.toml_default()).as_string()}"
                  for o in cls.options if o.key not in {c.key for c in SAMPLER_OPTIONS}]
+    want += [o.key if o.default is None else
+             f"{o.key} = {tomlkit.item(o.toml_default()).as_string()}" for o in TRIGGER_OPTIONS]
     assert tags == want
     for name, opts in options().items():
         for o in (*AGENT_OPTIONS, *opts):

@@ -13,9 +13,12 @@ how it derives its rows from a frame, its columns and sort keys, and how it draw
 * ``screen``: ``render(model, width, height, ui)``, pure: a rich ``Text`` of exactly the
   screen's lines from the latest view.
 
-This module does the I/O: it polls the record source (live, or a recording paced as it
-was recorded), reads keys from stdin in cbreak mode (restoring the terminal on any exit)
-and redraws the alternate screen (``AltScreen``).
+* ``replay``: ``--from``'s recording, indexed by publish interval, and the clock that
+  plays it (pause, step, seek, speed).
+
+This module does the I/O: it polls the record source (live: ``loop``), or plays a
+recording (``replay_loop``), reads keys from stdin in cbreak mode (restoring the terminal
+on any exit) and redraws the alternate screen (``AltScreen``).
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ from ...errors import RezolusError
 from ..records import Record
 from ..source import COSTLY_HELP, RECORDING_HELP
 from .frame import Model
-from .keys import KEYS, UiState, handle_key, split_keys
+from .keys import KEYS, UiState, handle_key, keys_for, split_keys
 from .registry import COSTLY_EVENTS, TOP_EVENTS, complete, feed_events, new_model, top_events
+from .replay import SPEEDS, Playback, Replay, parse_goto
 from .screen import render, render_screen
 
 # --- I/O: terminal, subscription, loop --------------------------------------------------
@@ -209,15 +213,11 @@ def _run_live(model: Model, ui: UiState, wait: bool, source: str | None = None) 
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise RezolusError("top needs a terminal; for a snapshot in scripts use --once")
+    pb = None if source is None else Playback(open_replay(source))
     # With --no-wait, subscribe before the screen: its error prints as one plain line.
     # Else the loop subscribes after the first screen is drawn: opening a perf event per
     # event and CPU takes seconds on a slow machine, and the screen says what top awaits.
-    if source is not None:
-        from ...api import open_source
-
-        sub = Paced(open_source(source, TOP_EVENTS + feed_events()))
-    else:
-        sub = None if wait else subscribe(model, ui.costly, wait=False)
+    sub = None if wait or pb is not None else subscribe(model, ui.costly, wait=False)
     console = Console(highlight=False)
     fd = sys.stdin.fileno()
 
@@ -228,7 +228,10 @@ def _run_live(model: Model, ui: UiState, wait: bool, source: str | None = None) 
     subs = [sub]  # the loop replaces it once the agent appears; closed here either way
     try:
         with cbreak(fd), AltScreen(console) as live:
-            loop(subs, model, ui, live, console, fd, replay=source is not None)
+            if pb is not None:
+                replay_loop(pb, model, ui, live, console, fd)
+            else:
+                loop(subs, model, ui, live, console, fd)
     except KeyboardInterrupt:
         pass
     finally:
@@ -296,6 +299,104 @@ def loop(subs: list, model: Model, ui: UiState, live: Any, console: Any, fd: int
                                       replace(ui, silent_s=silent)), refresh=True)
 
 
+def open_replay(source: str | os.PathLike[str]) -> Replay:
+    """Return ``source``'s replay: top's events and the agent's tick records, which mark
+    the publish intervals exactly."""
+    from ..intervals import EVENT, split
+    from ..recording import read_meta, read_records
+
+    meta = read_meta(source)
+    return Replay(split(read_records(source, (*TOP_EVENTS, *feed_events(), EVENT))),
+                  int(meta.get("wall_offset_ns", 0) or 0))
+
+
+#: At full speed, the longest the replay loop feeds intervals between two screens.
+MAX_SPEED_BUDGET_S = 0.05
+
+
+def feed(model: Model, records: list[Record]) -> None:
+    """Give ``model`` one whole publish interval: its batch ends with it."""
+    model.ingest(records)
+    model.flush()
+
+
+def rebuild(pb: Playback, model: Model, i: int) -> Model:
+    """Return a fresh model showing interval ``i``: fed from the intervals one frame
+    before it, so its first frame is a frame's interval back and ``i``'s has rates."""
+    r = pb.replay
+    fresh = new_model(model.interval_ns / 1e9, host=model.host, kernel=model.kernel)
+    fresh.subscribed = model.subscribed
+    if i < 0:
+        return fresh
+    period = r.ends[i] - r.ends[i - 1] if i > 0 else model.interval_ns
+    back = max(1, round(model.interval_ns / max(period, 1)))
+    for j in range(max(0, i - back), i + 1):
+        feed(fresh, r.interval(j))
+    pb.jump(i)
+    return fresh
+
+
+def steer(pb: Playback, model: Model, ui: UiState) -> tuple[Model, UiState]:
+    """Make ``ui.jump``'s move: return the model to show and the state, the move done."""
+    kind, arg = ui.jump  # type: ignore[misc]
+    ui = replace(ui, jump=None)
+    r = pb.replay
+    if kind == "step":
+        frames = model.frames
+        while model.frames == frames and r.read(pb.shown + 1):
+            pb.jump(pb.shown + 1)
+            feed(model, r.interval(pb.shown))
+        return model, ui
+    r.read(0)  # the recording's start
+    now = r.ends[pb.shown] if 0 <= pb.shown < len(r) else (r.first_ns or 0)
+    if kind == "by":
+        target = now + int(arg)  # type: ignore[call-overload]
+    else:
+        try:
+            target = parse_goto(str(arg), r.first_ns or 0, now, r.wall_offset_ns)
+        except ValueError as e:
+            return model, replace(ui, goto_error=str(e))
+    return rebuild(pb, model, r.find(target)), ui
+
+
+def replay_loop(pb: Playback, model: Model, ui: UiState, live: Any, console: Any,
+                fd: int) -> None:
+    """Play ``pb``'s recording: feed each interval when due at the chosen speed (one whole
+    interval, one batch), make the keys' moves, and redraw when a frame is committed, a
+    key changed the UI or the position moved. Costly events are in the recording: read."""
+    ui = replace(ui, replay=True, costly=True)
+    drawn: tuple = ()
+    model.subscribed = TOP_EVENTS
+    while True:
+        wait = KEY_POLL_MS / 1000 if pb.paused or pb.ended else min(
+            pb.wait_ns() / 1e9, KEY_POLL_MS / 1000)
+        keys = read_keys(fd, wait)
+        for k in keys:  # each move made before the next key: "[." steps from a minute back
+            ui = handle_key(ui, k)
+            if ui.quit:
+                return
+            model.interval_ns = int(ui.interval_s * 1e9)
+            if ui.paused != pb.paused:
+                pb.set_paused(ui.paused)
+            if SPEEDS[ui.speed] != pb.speed:
+                pb.set_speed(SPEEDS[ui.speed])
+            if ui.jump is not None:
+                model, ui = steer(pb, model, ui)
+        if not keys:
+            until = time.monotonic() + MAX_SPEED_BUDGET_S
+            while due := pb.due():
+                for i in due:
+                    feed(model, pb.replay.interval(i))
+                if time.monotonic() >= until:
+                    break
+        ui = replace(ui, position=pb.position())
+        size = console.size
+        state = (id(model), model.frames, size, ui)
+        if state != drawn:
+            drawn = state
+            live.update(render_screen(model, size.width, size.height, ui), refresh=True)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``rezolus-ue top``; return the exit status."""
     if args.source is None:
@@ -329,7 +430,9 @@ def _seconds(text: str) -> float:
 
 
 _EPILOG = textwrap.fill(  # each key's text on one line: no-break spaces while filling
-    "; ".join(f"{k.keys} {k.what}".replace(" ", "\xa0") for k in KEYS), 88,
+    "; ".join(f"{k.keys} {k.what}{' (--from)' if k.replay else ''}".replace(" ", "\xa0")
+              for k in KEYS if not k.replay or all(j.keys != k.keys for j in keys_for(False))),
+    88,
     initial_indent="keys: ", subsequent_indent="      ").replace("\xa0", " ") + """
 
 examples:
@@ -337,7 +440,8 @@ examples:
   sudo rezolus-ue top --interval 2s       redraw every 2 s of data
   sudo rezolus-ue top --once > top.txt    one full frame, every row, for scripts
   sudo rezolus-ue top --costly            with the BPF-counted latency histograms too
-  rezolus-ue top --from run.rzr           replay a recording at the pace it was recorded
+  rezolus-ue top --from run.rzr           replay a recording at the pace it was recorded:
+                                          pause, step, seek and speed it with the keys
 
 top subscribes only to the cheap events its panels show, so the agent samples nothing
 else for it:

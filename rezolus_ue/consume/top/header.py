@@ -1,7 +1,8 @@
 """The header: host and kernel, the agent (pid, uptime, CPU, RSS, errors), troubled
 samplers, load averages, pressure stalls, records per second and lost, the refresh
-interval, the sort mode and what is off or paused. Reads ``rezolus_agent`` and
-``rezolus_pressure``; the load averages come from the loop (``Model.loadavg``)."""
+interval, the sort mode and what is off or paused; in a replay, where it is. Reads
+``rezolus_agent`` and ``rezolus_pressure``; the load averages come from the loop
+(``Model.loadavg``)."""
 
 from __future__ import annotations
 
@@ -157,7 +158,10 @@ def lines(model: Model, ui: UiState, width: int) -> list[Text]:
         l2.append((5, kv("costly", "off (c)", "bold yellow")))
     if ui.filter or ui.editing:
         l2.append((0, kv("filter", repr(ui.filter), "bold cyan")))
-    if ui.paused:
+    if ui.position is not None:  # a replay: where it is, and its pause
+        l1.append((0, Text(ui.position.text(), "bold reverse cyan" if ui.position.paused
+                           else "bold cyan")))
+    elif ui.paused:
         l2.append((0, Text("PAUSED", "bold reverse yellow")))
     if ui.silent_s >= max(3 * ui.interval_s, 3.0) and v.frame:
         l2.append((0, Text(f"no data for {ui.silent_s:.0f}s"

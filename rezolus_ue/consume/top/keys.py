@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .replay import SEEK_LONG_NS, SEEK_SHORT_NS, SPEEDS, Position, fmt_speed
 from .widgets import fmt_interval
 
 #: Display intervals that ``+`` and ``-`` step through (seconds).
@@ -31,6 +32,10 @@ SORT_MODES = (
 _DIRECT = {m.key: i for i, m in enumerate(SORT_MODES) if m.key}
 
 ESC, ENTER, BACKSPACE = "\x1b", "\n", "\x7f"
+LEFT, RIGHT, PGUP, PGDN = "\x1b[D", "\x1b[C", "\x1b[5~", "\x1b[6~"
+#: Replay seeks: each key's step in ns of data time.
+SEEKS = {LEFT: -SEEK_SHORT_NS, RIGHT: SEEK_SHORT_NS, "[": -SEEK_LONG_NS, "]": SEEK_LONG_NS,
+         PGUP: -SEEK_LONG_NS, PGDN: SEEK_LONG_NS}
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,18 @@ class UiState:
     silent_s: float = 0.0
     #: Subscribed to the costly events too (``--costly``, key c).
     costly: bool = False
+    #: Replaying a recording (``--from``): the replay keys act, and ``paused`` stops it.
+    replay: bool = False
+    #: The replay's speed, an index of ``replay.SPEEDS``.
+    speed: int = 0
+    #: A move the loop makes and clears: ``("step", 0)``, ``("by", ns)``, ``("to", text)``.
+    jump: tuple[str, object] | None = None
+    #: The time being typed after ``g`` (None: not typing one).
+    goto: str | None = None
+    #: Why the last ``g`` was refused (shown until the next key).
+    goto_error: str = ""
+    #: Where the replay is (set by the loop; shown in the header).
+    position: Position | None = None
 
     @property
     def mode(self) -> SortMode:
@@ -68,6 +85,8 @@ class Key:
     what: str  # in a word or three, as the key line and ``--help`` say it
     help: str  # the help screen's text
     drop: int  # the key line drops the highest first when narrow
+    #: Acts only in a replay (``--from``): shown there only.
+    replay: bool = False
 
 
 _DIRECT_KEYS = tuple(m.key for m in SORT_MODES if m.key)
@@ -89,7 +108,26 @@ KEYS = (
     Key("h, ?", "h", "help", "toggle this help", 0),
     Key("c", "c", "costly", "costly events on/off: the BPF-counted latency histograms, which"
         " every syscall, switch, IO or packet pays for while on (also --costly)", 1),
+    Key("p, space", "spc", "pause", "pause or resume the replay", 1, replay=True),
+    Key(". / n", ".", "step", "show the next interval (pauses)", 0, replay=True),
+    Key("← / →", "←→", "±10s", f"seek back / forward {SEEK_SHORT_NS // 10**9} s", 0,
+        replay=True),
+    Key("[ / ], PgUp / PgDn", "[]", "±1m", f"seek back / forward {SEEK_LONG_NS // 10**9} s",
+        2, replay=True),
+    Key("g", "g", "go to", "go to a time: HH:MM:SS on the recording's clock, an offset from"
+        " its start (90s, 5m) or from the interval shown (+10s, -1m)", 1, replay=True),
+    Key("< / >", "<>", "speed", "slower / faster replay: "
+        + ", ".join(map(fmt_speed, SPEEDS)), 1, replay=True),
 )
+
+
+def keys_for(replay: bool) -> tuple[Key, ...]:
+    """Return the keys that act in a replay (``replay``) or on live data, in order: a
+    replay's pause key replaces the live one."""
+    if not replay:
+        return tuple(k for k in KEYS if not k.replay)
+    mine = {k.keys for k in KEYS if k.replay}
+    return tuple(k for k in KEYS if k.replay or k.keys not in mine)
 
 
 def step_interval(current: float, up: bool) -> float:
@@ -101,6 +139,18 @@ def step_interval(current: float, up: bool) -> float:
 
 def handle_key(ui: UiState, key: str) -> UiState:
     """Return the UI state after one key."""
+    if ui.goto_error:
+        ui = replace(ui, goto_error="")
+    if ui.goto is not None:
+        if key in (ENTER, "\r"):
+            return replace(ui, goto=None, jump=("to", ui.goto) if ui.goto.strip() else None)
+        if key == ESC:
+            return replace(ui, goto=None)
+        if key in (BACKSPACE, "\b"):
+            return replace(ui, goto=ui.goto[:-1])
+        if len(key) == 1 and key.isprintable():
+            return replace(ui, goto=ui.goto + key)
+        return ui
     if ui.editing:
         if key in (ENTER, "\r"):
             return replace(ui, editing=False)
@@ -117,6 +167,10 @@ def handle_key(ui: UiState, key: str) -> UiState:
         return replace(ui, help=False)  # q closes help first, like less
     if ui.samplers and key in ("e", ESC, "q"):
         return replace(ui, samplers=False)
+    if ui.replay and not ui.help and not ui.samplers:
+        moved = _replay_key(ui, key)
+        if moved is not None:
+            return moved
     match key:
         case "q" | "Q":
             return replace(ui, quit=True)
@@ -143,6 +197,22 @@ def handle_key(ui: UiState, key: str) -> UiState:
         case _ if key == ESC and ui.filter:
             return replace(ui, filter="")
     return ui
+
+
+def _replay_key(ui: UiState, key: str) -> UiState | None:
+    """Return the state after a replay key, None if ``key`` is not one."""
+    if key in SEEKS:
+        return replace(ui, jump=("by", SEEKS[key]))
+    match key:
+        case "." | "n":
+            return replace(ui, jump=("step", 0), paused=True)
+        case "g":
+            return replace(ui, goto="")
+        case "<":
+            return replace(ui, speed=max(ui.speed - 1, 0))
+        case ">":
+            return replace(ui, speed=min(ui.speed + 1, len(SPEEDS) - 1))
+    return None
 
 
 def split_keys(data: str) -> list[str]:

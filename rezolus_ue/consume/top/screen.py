@@ -10,7 +10,7 @@ from rich.text import Text
 
 from . import samplers
 from .frame import Model
-from .keys import KEYS, SORT_MODES, UiState
+from .keys import SORT_MODES, UiState, keys_for
 from .layout import body
 from .registry import PANELS, top_events
 from .widgets import Screen, fit
@@ -33,7 +33,14 @@ def footer(ui: UiState, width: int) -> Text:
         t = Text.assemble(("filter: ", "bold"), (ui.filter, "bold cyan"), ("▏", "blink"),
                           ("  Enter keep  Esc clear", "dim"))
         return fit(t, width)
-    keys = [k for k in KEYS if k.short]
+    if ui.goto is not None:
+        t = Text.assemble(("go to: ", "bold"), (ui.goto, "bold cyan"), ("▏", "blink"),
+                          ("  HH:MM:SS, 90s from the start, +10s/-1m from here;"
+                           " Enter go  Esc cancel", "dim"))
+        return fit(t, width)
+    if ui.goto_error:
+        return fit(Text(f"go to: {ui.goto_error}", "bold red"), width)
+    keys = [k for k in keys_for(ui.replay) if k.short]
     while len(keys) > 1 and sum(len(k.short) + len(k.what) + 3 for k in keys) > width:
         keys.remove(max(keys, key=lambda k: k.drop))
     t = Text()
@@ -45,10 +52,10 @@ def footer(ui: UiState, width: int) -> Text:
     return t
 
 
-def help_lines() -> list[tuple[str, str]]:
-    """Return the help screen's lines: every key, then what each panel shows and the
-    column each sort mode sorts its table by."""
-    out = [(k.keys, k.help) for k in KEYS] + [("", "")]
+def help_lines(replay: bool = False) -> list[tuple[str, str]]:
+    """Return the help screen's lines: every key (of a replay, or live), then what each
+    panel shows and the column each sort mode sorts its table by."""
+    out = [(k.keys, k.help) for k in keys_for(replay)] + [("", "")]
     for p in PANELS:
         entries = list(p.help)
         if p.sorts and entries:
@@ -60,8 +67,8 @@ def help_lines() -> list[tuple[str, str]]:
     return out
 
 
-def _help(width: int, height: int) -> list[Text]:
-    entries = help_lines()
+def _help(width: int, height: int, replay: bool) -> list[Text]:
+    entries = help_lines(replay)
     key_w = max(len(k) for k, _ in entries) + 2
     out = [Text("Keys and panels", "bold underline"), Text()]
     for k, what in entries:
@@ -85,7 +92,7 @@ def render_screen(model: Model, width: int, height: int, ui: UiState) -> Screen:
     room = max(height - len(head) - len(foot), 0)
     v = model.view
     if ui.help:
-        lines = _help(width, room)
+        lines = _help(width, room, ui.replay)
     elif ui.samplers:
         lines = samplers.screen(v, width, room)
     elif not v.frame:

@@ -1,0 +1,123 @@
+"""A ``[[trigger]]`` rule on this host's kernel: the installed agent with the shipped config
+plus a rule, ``record --ring`` reading it, and a CPU burst that fires the rule: one file in
+the ring's dumps directory holds the burst and its window, one log line says so, and a
+second burst inside the window does not fire again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from waiting import running, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+INTERVAL_NS = 500_000_000
+BEFORE_S, AFTER_S = 3, 3
+RULE = f"""
+[[trigger]]
+name = "cpu-burst"
+event = "rezolus_cpu_usage"
+metric = "busy_ppm"
+over = "min"
+above = 800000
+for = 3
+before = "{BEFORE_S}s"
+after = "{AFTER_S}s"
+"""
+
+
+def _cli() -> str:
+    cli = Path(sys.executable).parent / "rezolus-ue"
+    if not cli.exists():
+        pytest.skip(f"{cli} is not installed (run scripts/setup.sh)")
+    return str(cli)
+
+
+def burst(seconds: float) -> tuple[int, int]:
+    """Keep every CPU busy for ``seconds`` (two spinners per CPU); return its start and
+    end on CLOCK_MONOTONIC, the records' clock."""
+    n = 2 * (os.cpu_count() or 1)
+    start = time.monotonic_ns()
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        time.sleep(seconds)  # the workload itself: the burst lasts this long
+    finally:
+        for p in spin:
+            p.kill()
+        for p in spin:
+            p.wait()
+    return start, time.monotonic_ns()
+
+
+@pytest.mark.live
+def test_a_burst_fires_one_dump_of_its_window(tmp_path: Path) -> None:
+    from kernel.conftest import Bus
+
+    from rezolus_ue.consume.recording import read_records
+    from rezolus_ue.schema import CPU_USAGE
+    from tracefs_tools import Tracefs, find_tracefs
+
+    cfg = tmp_path / "config.toml"
+    cfg.write_text((ROOT / "configs" / "default.toml").read_text() + RULE)
+    cfg.chmod(0o600)
+    ring = tmp_path / "ring"
+    agent_log, rec_log = tmp_path / "agent.log", tmp_path / "record.log"
+    bus = Bus(Tracefs(find_tracefs(mount=True)))
+    with open(agent_log, "wb") as out:
+        agent = subprocess.Popen([_cli(), "run", "--config", str(cfg), "--interval",
+                                  f"{INTERVAL_NS // 10**6}ms"], stdout=out,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    recorder = None
+    try:
+        wait_for(lambda: running(agent, lambda: agent_log.read_text(errors="replace"),
+                                 "agent") and CPU_USAGE.name in bus.registered(),
+                 timeout=240, step=0.2)
+        with open(rec_log, "wb") as out:
+            recorder = subprocess.Popen([_cli(), "record", "--ring", str(ring), "--config",
+                                         str(cfg), "--flush", "200ms"], stdout=out,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+        def held_ns() -> int:
+            if not list(ring.glob("seg-*")):
+                return 0
+            ts = [r.time_ns for r in read_records(ring, [CPU_USAGE.name])]
+            return ts[-1] - ts[0] if ts else 0
+
+        # The ring holds more than the before-window when the burst starts.
+        wait_for(lambda: running(recorder, lambda: rec_log.read_text(errors="replace"),
+                                 "recorder") and held_ns() > (BEFORE_S + 1) * 10**9,
+                 timeout=120, step=0.2, log=lambda: rec_log.read_text(errors="replace"))
+        first = burst(3)
+        time.sleep(1)  # the gap between the bursts, inside the after-window
+        second = burst(2)
+        dumps = ring / "dumps"
+        wait_for(lambda: "trigger cpu-burst fired" in rec_log.read_text(errors="replace"),
+                 timeout=60, log=lambda: rec_log.read_text(errors="replace"))
+        files = sorted(dumps.glob("trigger-cpu-burst-*.rzr"))
+        assert len(files) == 1, files
+    finally:
+        if recorder is not None:
+            recorder.send_signal(signal.SIGINT)
+            recorder.wait(timeout=60)
+        agent.terminate()
+        assert agent.wait(timeout=60) == 0, agent_log.read_text(errors="replace")
+    log = rec_log.read_text(errors="replace")
+    lines = [ln for ln in log.splitlines() if "trigger cpu-burst" in ln]
+    assert len(lines) == 1 and str(files[0]) in lines[0], log
+    assert "min rezolus_cpu_usage busy_ppm > 800000 for 3 intervals" in lines[0]
+    assert len(list(dumps.glob("trigger-*"))) == 1  # nothing more once stopped
+    recs = list(read_records(files[0]))
+    ts = [r.time_ns for r in recs]
+    slack = 2 * INTERVAL_NS
+    # From the before-window ahead of the burst to the after-window past the second.
+    assert first[0] - BEFORE_S * 10**9 - slack <= ts[0] <= (
+        first[0] - BEFORE_S * 10**9 + 2 * slack), (ts[0], first)
+    assert second[1] + AFTER_S * 10**9 - slack <= ts[-1] <= (
+        second[1] + AFTER_S * 10**9 + 2 * slack), (ts[-1], second)
+    busy = [r for r in recs if r.event == CPU_USAGE.name and first[0] < r.time_ns < first[1]]
+    assert busy and max(r.fields["busy_ppm"] for r in busy) > 800_000
