@@ -142,10 +142,10 @@ def build_parser(lean: bool = False) -> argparse.ArgumentParser:
     if lean:
         return p
     from . import config_cmd, service_cmd
-    from .consume import exporter, tail, top
+    from .consume import exporter, tail, top, view
     from .consume.recording import dump, recorder
 
-    for module in (top, tail, recorder, dump, exporter, config_cmd, service_cmd):
+    for module in (top, tail, recorder, dump, exporter, view, config_cmd, service_cmd):
         module.add_parser(sub)
     return p
 

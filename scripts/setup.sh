@@ -28,8 +28,9 @@ if [ "$dev" = 1 ]; then
     # trace-cmd: the tests show every consumer the README names working.
     # stress-ng: the tests must pass on a machine kept busy (scripts/stress-test.sh).
     # strace: the tests count an idle application's write syscalls (tests/kernel/test_otel_apps).
+    # chromium: `rezolus-ue view`'s pages are tested in a headless browser (tests/test_view*).
     pkgs="$pkgs qemu-system-x86 udev man-db groff-base tmux prometheus bpftrace trace-cmd"
-    pkgs="$pkgs stress-ng strace"
+    pkgs="$pkgs stress-ng strace chromium"
 fi
 
 missing=""

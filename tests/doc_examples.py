@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("README.md", "docs/api.md", "docs/recording.md", "docs/prometheus.md",
            "docs/applications.md",
            "docs/security.md", "docs/kernels.md", "docs/events.md", "docs/samplers.md",
-           "docs/PERFORMANCE.md", "man/rezolus-ue.8", "man/rezolus-ue.toml.5")
+           "docs/PERFORMANCE.md", "docs/view.md", "man/rezolus-ue.8", "man/rezolus-ue.toml.5")
 SHELL_LANGS = ("console", "sh")
 BLOCK_LANGS = ("python", "sql", "toml", "yaml", "promql", "ini")
 
@@ -310,6 +310,8 @@ NO_QUERY = (NO_FLEET + "; the metric names it uses are checked by"
             " tests/test_doc_examples.py::test_promql_names_exist")
 UNTIL_STOPPED = "it runs until stopped: the test stops it with SIGTERM once it has published"
 SHORTER = "the same command with a shorter duration, so the test ends"
+V = "tests/test_view.py::"
+ANY_PORT = "any free port: the default one may be taken on a test machine"
 
 #: Every example of the docs -> how it is exercised. Keys are ``Example.key``.
 EXERCISED: dict[str, Ran | NotRun] = {
@@ -390,22 +392,36 @@ EXERCISED: dict[str, Ran | NotRun] = {
     "sudo rezolus-ue record cpu.rzr 'rezolus_cpu*'": Ran(
         K + "test_recording", as_run="the same with --duration 5s", why="it records until"
         " interrupted"),
-    "sudo rezolus-ue record --format parquet run/": Ran(
+    "sudo rezolus-ue record run.parquet": Ran(
         K + "test_recording", as_run="the same with --duration 5s", why="it records until"
         " interrupted"),
-    "rezolus-ue dump --from run.rzr --format parquet run/": Ran(K + "test_recording"),
+    "rezolus-ue dump --from run.rzr run.parquet": Ran(K + "test_recording"),
     "sudo rezolus-ue record --ring /var/lib/rezolus-ue/ring --max-size 1G --max-age 1h": Ran(
         K + "test_flight_recorder", as_run="the same in the background, stopped at the end",
         why="it records until interrupted"),
     "sudo rezolus-ue dump incident.rzr": Ran(K + "test_flight_recorder"),
     "sudo rezolus-ue dump --last 5m last5.rzr": Ran(K + "test_flight_recorder"),
-    "sudo rezolus-ue dump --format parquet incident/": Ran(K + "test_flight_recorder"),
+    "sudo rezolus-ue dump incident.parquet": Ran(K + "test_flight_recorder"),
     "sudo kill -USR1 $(cat /var/lib/rezolus-ue/ring/recorder.pid)": Ran(
         K + "test_flight_recorder"),
     "python: from rezolus_ue.consume.recording import read_meta, read_records": Ran(
         K + "test_recording"),
     "python: from rezolus_ue.consume.recording import to_pandas": Ran(K + "test_recording"),
     "python: import duckdb": Ran(K + "test_recording"),
+    # docs/view.md
+    "sudo rezolus-ue view": Ran(
+        V + "test_live_follows_only_while_a_page_is_open", as_run="rezolus-ue view --port 0",
+        why=ANY_PORT),
+    "rezolus-ue view --from run.rzr": Ran(V + "test_pages_show_the_recording",
+                                          as_run="the same with --port 0", why=ANY_PORT),
+    "rezolus-ue view --from before.rzr --compare after.rzr": Ran(
+        V + "test_compare_two_ranges_side_by_side", as_run="one recording compared with"
+        " itself, with --range ..1s --compare-range=-1s.. --port 0", why=ANY_PORT),
+    "rezolus-ue view --from run.rzr --range 0s..5m --compare-range=-5m..": Ran(
+        V + "test_compare_two_ranges_side_by_side", as_run="--range ..1s"
+        " --compare-range=-1s.. --port 0", why="the test's recording lasts seconds"),
+    "ssh -L 9746:127.0.0.1:9746 HOST sudo rezolus-ue view": NotRun(
+        "needs a second host; tests/test_view.py reaches view on 127.0.0.1 as the tunnel does"),
     # docs/api.md
     "python: import sys": Ran("tests/test_api.py::"
                               "test_docs_example_agent_alerts_on_a_recording",
@@ -414,7 +430,8 @@ EXERCISED: dict[str, Ran | NotRun] = {
                               " (the VM) does not run"),
     "python: import json": Ran("tests/test_recorder.py::"
                                "test_docs_standalone_reader_reads_what_we_write"),
-    "sql: SELECT cpu, max(user_ns) - min(user_ns) AS user_ns": Ran(K + "test_recording"),
+    'sql: SELECT max("cpu_usage/id=0/state=user") - min("cpu_usage/id=0/state=user") AS user_ns': Ran(  # noqa: E501
+        K + "test_recording"),
     # docs/prometheus.md
     "sudo rezolus-ue exporter &": Ran(K + "test_exporter"),
     "curl -s http://127.0.0.1:9745/metrics | grep -A3 'TYPE rezolus_cpu_usage_user'": Ran(
@@ -515,6 +532,7 @@ EXERCISED: dict[str, Ran | NotRun] = {
     "sudo rezolus-ue run --config /etc/rezolus-ue/config.toml -i 100ms": Ran(
         KU + "test_agent_persists", as_run="the same in the background", why=UNTIL_STOPPED),
     "toml: [agent]": Ran(U + "test_config_examples_validate"),
+    "toml: [[trigger]]": Ran(U + "test_config_examples_validate"),
     "message: rezolus-ue: error: /etc/rezolus-ue/config.toml:2: [agent]": Ran(
         U + "test_config_error_message", as_run="sudo rezolus-ue run -c FILE",
         why="FILE is a temporary file with the same line 2"),
