@@ -181,6 +181,11 @@ FIGURES = (
            r"no consumer: (\d+) sampler calls", "calls", "0"),
     # bench/otel.py: an application's OpenTelemetry export, per data point, on this host's
     # transport (its section's first line names it).
+    Figure("intervals", "tick record (rezolus_interval) per record published",
+           r"tick record, enabled: [\d.]+ ns per tick, ([\d.]+) ns per record", "ns", ""),
+    Figure("intervals", "agent publish tick with / without the tick record",
+           r"ratio publish tick with / without the tick record: ([\d.]+) x", "x",
+           "<= 1.01x"),
     Figure("otel", "OTel exporter: disabled check (exporter.enabled + branch)",
            r"disabled check \(exporter\.enabled \+ branch\): ([\d.]+) ns", "ns", "<= 100 ns"),
     Figure("otel", "OTel SDK: aggregation alone, per measurement",
@@ -196,6 +201,19 @@ FIGURES = (
            r"\nOTLP/HTTP\s+[\d.]+\s+([\d.]+)", "ns", ""),
     Figure("otel", "export() alone per data point, enabled: ours / OTLP-HTTP (same run)",
            r"ratio export\(\) alone, enabled: ours / OTLP-HTTP\s+([\d.]+) x", "x", "<= 1x"),
+    Figure("view", "view: loading a one-hour recording (8 CPUs, 100 processes)",
+           r"view replay: loaded \d+ intervals in [\d.]+ s: (\d+) records/s", "records/s", ""),
+    Figure("replay", "top --from: replay of an hour of every event, as fast as it can",
+           r"top --from, as fast as it can: (\d+) records/s", "records/s", ""),
+    Figure("replay", "top --from: the hour's index in memory (compressed)",
+           r"top --from index: ([\d.]+) MiB", "MiB", ""),
+    Figure("replay", "top --from: seek 30 min back",
+           r"top --from seek 30 min back: ([\d.]+) ms", "ms", ""),
+    Figure("replay", "tail --from: an hour of every event, printed",
+           r"tail --from: (\d+) records/s", "records/s", ""),
+    Figure("view", "view following the live agent, one page open, 1 s publishes",
+           r"one page open, 1 s publishes, \d+ s \(\d+ intervals\): ([\d.]+) %", "% of a core",
+           "<= 1%"),
 )
 
 
@@ -222,8 +240,15 @@ def commands(quick: bool, vm: str | None, rezolus: str | None = None) -> dict[st
         "transports": [py, "bench/transports.py", *(["-n", "20000", "--seconds", "3",
                                                       "--rounds", "1"] if quick else [])],
         "uprobe_enable": [py, "bench/uprobe_enable.py", *(["--rounds", "1"] if quick else [])],
+        "parquet_size": [py, "bench/parquet_size.py", *(["--seconds", "3"] if quick else [])],
+        "intervals": [py, "bench/intervals.py", *(["-n", "20", "--calls", "10000"] if quick
+                                                  else [])],
         "otel": [py, "bench/otel.py", *(["--series", "20", "-n", "3", "--rounds", "3"] if quick
                                         else [])],
+        "replay": [py, "bench/replay.py", *(["--seconds", "5", "--hour", "300"] if quick
+                                            else [])],
+        "view": [py, "bench/view.py", "--live", *(["--minutes", "5", "--seconds", "5"] if quick
+                                                  else [])],
         # Last: its emulated CPU loads the machine long after it exits.
         **({"publish_vm": [py, "bench/publish.py", "-n", "20000" if quick else "200000",
                            "--vm", vm],
