@@ -12,8 +12,8 @@ The ``kernel`` tier keeps only what needs the test kernel (in the VM on this hos
 * hooks this host lacks: kprobes and fentry (test_tcp_traffic, the function-hook check
   after the privilege drop in test_bpf_under_the_agents_privileges), null_blk's bad blocks
   (test_blockio_requests), an older kernel's tracepoint arguments (test_tcp_traffic), and
-  a writable ``ftrace_enabled``, which trace-cmd needs (test_uprobe_trace_cmd and the
-  README's trace-cmd example).
+  a writable ``ftrace_enabled``, which trace-cmd needs (the README's trace-cmd example,
+  on both transports, in test_doc_examples_user_events).
 """
 
 from __future__ import annotations

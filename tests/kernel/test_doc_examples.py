@@ -39,6 +39,7 @@ import pytest
 from waiting import scaled, wait_output
 
 from rezolus_ue.agent import read_status
+from rezolus_ue.consume.intervals import EVENT as TICK
 from rezolus_ue.consume.recording.files import read_records
 from rezolus_ue.schema import CPU_USAGE, EVENTS, GROUPS
 
@@ -399,8 +400,8 @@ def test_recording(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
            "sudo rezolus-ue record run.rzr --duration 10s", cwd=rec)
     out = sh.run("rezolus-ue tail --from run.rzr", cwd=rec).stdout
     assert re.search(r"rezolus_cpu_usage: cpu=\d+ user_ns=\d+", out), out[:2000]
-    sh.run("rezolus-ue dump --from run.rzr --format parquet run/", cwd=rec)
-    assert (rec / "run" / "rezolus_cpu_usage.parquet").is_file()
+    sh.run("rezolus-ue dump --from run.rzr run.parquet", cwd=rec)
+    assert (rec / "run.parquet").is_file()
 
     for first in ("from rezolus_ue.consume.recording import read_meta, read_records",
                   "from rezolus_ue.consume.recording import to_pandas", "import duckdb"):
@@ -418,7 +419,7 @@ def test_recording(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
 
     import duckdb
 
-    key = "sql: SELECT cpu, max(user_ns) - min(user_ns) AS user_ns"
+    key = 'sql: SELECT max("cpu_usage/id=0/state=user") - min("cpu_usage/id=0/state=user") AS user_ns'  # noqa: E501
     sh.command(key, None)
     (sql,) = [e.text for e in d.examples() if e.key == key]
     cwd = os.getcwd()
@@ -434,10 +435,12 @@ def test_recording(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
     sh.run("sudo rezolus-ue record cpu.rzr 'rezolus_cpu*'",
            "sudo rezolus-ue record cpu.rzr 'rezolus_cpu*' --duration 5s", cwd=other)
     assert {r.event for r in read_records(other / "cpu.rzr")} >= {"rezolus_cpu_usage"}
-    assert all(r.event.startswith("rezolus_cpu") for r in read_records(other / "cpu.rzr"))
-    sh.run("sudo rezolus-ue record --format parquet run/",
-           "sudo rezolus-ue record --format parquet run/ --duration 5s", cwd=other)
-    assert (other / "run" / "rezolus_cpu_usage.parquet").is_file()
+    # With the tick records that end each publish interval (``intervals``).
+    assert all(r.event.startswith("rezolus_cpu") or r.event == TICK
+               for r in read_records(other / "cpu.rzr"))
+    sh.run("sudo rezolus-ue record run.parquet",
+           "sudo rezolus-ue record run.parquet --duration 5s", cwd=other)
+    assert {r.event for r in read_records(other / "run.parquet")} >= {"rezolus_cpu_usage"}
 
 
 def test_flight_recorder(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
@@ -447,7 +450,7 @@ def test_flight_recorder(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
     keys = ["sudo rezolus-ue record --ring /var/lib/rezolus-ue/ring --max-size 1G --max-age 1h",
             "sudo rezolus-ue dump incident.rzr",
             "sudo rezolus-ue dump --last 5m last5.rzr",
-            "sudo rezolus-ue dump --format parquet incident/",
+            "sudo rezolus-ue dump incident.parquet",
             "sudo kill -USR1 $(cat /var/lib/rezolus-ue/ring/recorder.pid)"]
     steps: list[Step] = [(keys[0], keys[0] + " &"), *keys[1:]]
     out = sh.script(steps, {
@@ -456,7 +459,7 @@ def test_flight_recorder(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
         5: f"for i in $(seq 600); do ls {ring}/dumps/dump-*.rzr >/dev/null 2>&1 && break;"
            f" sleep 0.2; done; cp {ring}/dumps/dump-*.rzr usr1.rzr; kill -INT %1; wait",
     }, namespace=True)
-    for name in ("incident.rzr", "last5.rzr", "usr1.rzr", "incident/rezolus_cpu_usage.parquet"):
+    for name in ("incident.rzr", "last5.rzr", "usr1.rzr", "incident.parquet"):
         path = sh.cwd / name
         assert path.is_file(), f"{name} missing:\n{out}"
         assert any(r.event == "rezolus_cpu_usage" for r in read_records(path)), name

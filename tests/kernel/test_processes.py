@@ -232,6 +232,8 @@ class Publishes:
 
     def _take(self, records: list[Record]) -> None:
         for r in records:
+            if r.event not in (PROCESS.event, PROCESSES.event):
+                continue  # the tick records the subscription adds
             cur = self.got[-1] if self.got else None
             if cur is None or r.time_ns - cur.first_ns > BURST_NS:
                 cur = Interval(r.time_ns, {p: Truth.read(p) for p in self.watch},
@@ -495,7 +497,8 @@ def test_a_reaped_process_tree_counts_each_child_once(agent: AgentProcess, bus: 
 
 def sampler_rows(sub: Subscription, out: list[dict]) -> list[dict]:
     """Collect the processes sampler's rezolus_agent_sampler records; return them."""
-    out += [r.fields for r in sub.poll(200) if r.fields["sampler"] == SAMPLER]
+    out += [r.fields for r in sub.poll(200)
+            if r.event == AGENT_SAMPLER.event and r.fields["sampler"] == SAMPLER]
     return out
 
 

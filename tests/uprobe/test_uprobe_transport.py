@@ -1,6 +1,6 @@
 """The uprobe transport end to end: the installed CLI with the shipped config (transport
 forced to "uprobe"), checked with perf, ftrace and our own consumers (trace-cmd in
-tests/kernel/test_uprobe_trace_cmd.py); idle
+tests/kernel/test_doc_examples_user_events.py); idle
 without consumers; definitions removed on a clean stop, after kill -9 by the next start
 and by `rezolus-ue cleanup`, never touching another tool's uprobe events. Root.
 """
