@@ -3,6 +3,7 @@ reading back ours (exactly) and Rezolus's (by the name mapping), the previous fo
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -167,3 +168,35 @@ def test_processes_stay_in_the_records_not_the_columns(tmp_path: Path) -> None:
     assert not any(m.startswith("rezolus_ue_process__") for m in metrics)
     assert PROCESS.event in by_event(list(read_records(out)))
     assert Kind.HISTOGRAM  # the histogram kinds are checked by check_rezolus_rules
+
+
+#: Five seconds of a recording Rezolus itself wrote (tests/fixtures/rezolus/README.md).
+REZOLUS_DEMO = Path(__file__).parent / "fixtures" / "rezolus" / "demo-5s.parquet"
+
+
+def test_a_file_rezolus_itself_wrote_reads_as_our_events() -> None:
+    """Real columns, not ones built from the docs: each CPU's counters and a histogram
+    come back in our events with the values pyarrow reads, at every row."""
+    t = pq.read_table(REZOLUS_DEMO)
+    cols = {f.name: {k.decode(): v.decode() for k, v in (f.metadata or {}).items()}
+            for f in t.schema}
+    got = by_event(list(read_records(REZOLUS_DEMO)))
+    user = {(int(m["id"]), row): v for name, m in cols.items()
+            if m.get("metric") == "cpu_usage" and m.get("state") == "user"
+            for row, v in enumerate(t.column(name).to_pylist())}
+    cpu = got["rezolus_cpu_usage"]
+    cpus = len({c for c, _row in user})
+    assert len(cpu) == len(user) == cpus * t.num_rows
+    times = sorted({r.time_ns for r in cpu})
+    assert len(times) == t.num_rows
+    for r in cpu:
+        assert r["user_ns"] == user[r["cpu"], times.index(r.time_ns)]
+    # A histogram: each record holds its interval's buckets, the difference between
+    # consecutive cumulative rows.
+    (name,) = [n for n, m in cols.items() if m.get("metric") == "syscall_latency"
+               and m.get("op") == "read" and n.endswith(":buckets")]
+    rows = [np.array(v, dtype=np.uint64) for v in t.column(name).to_pylist()]
+    lat = [r for r in got["rezolus_syscall_latency"] if r["op"] == "read"]
+    assert [r["count"] for r in lat[1:]] == [int((b - a).sum())
+                                            for a, b in itertools.pairwise(rows)]
+    assert read_meta(REZOLUS_DEMO)["source"] == "rezolus"
