@@ -201,7 +201,9 @@ FIGURES = (
            r"\nOTLP/HTTP\s+[\d.]+\s+([\d.]+)", "ns", ""),
     Figure("otel", "export() alone per data point, enabled: ours / OTLP-HTTP (same run)",
            r"ratio export\(\) alone, enabled: ours / OTLP-HTTP\s+([\d.]+) x", "x", "<= 1x"),
-    Figure("view", "view: loading a one-hour recording (8 CPUs, 100 processes)",
+    # bench/replay.py, parquet_size.py and view.py measure bench/hour.py's hour of every event
+    # at the shipped config.
+    Figure("view", "view --from: loading an hour of every event",
            r"view replay: loaded \d+ intervals in [\d.]+ s: (\d+) records/s", "records/s", ""),
     Figure("replay", "top --from: replay of an hour of every event, as fast as it can",
            r"top --from, as fast as it can: (\d+) records/s", "records/s", ""),
@@ -211,6 +213,15 @@ FIGURES = (
            r"top --from seek 30 min back: ([\d.]+) ms", "ms", ""),
     Figure("replay", "tail --from: an hour of every event, printed",
            r"tail --from: (\d+) records/s", "records/s", ""),
+    Figure("parquet_size", "Parquet recording per hour of every event",
+           r"parquet size per hour: ([\d.]+) MiB", "MiB", ""),
+    Figure("parquet_size", "native .rzr recording per hour of every event",
+           r"native \.rzr size per hour: ([\d.]+) MiB", "MiB", ""),
+    Figure("parquet_size", "Parquet / native .rzr", r"parquet / native: ([\d.]+)x", "x", ""),
+    *(Figure("parquet_size", f"Rezolus's recorder, {fmt} per hour at 1 s (its maintainers'"
+             " 32-core host, not these events)",
+             rf"Rezolus recorder size per hour[^:\n]*:[^\n]*?{re.escape(fmt)} ([\d.]+) MB", "MB",
+             "") for fmt in ("Parquet", ".rez")),
     Figure("view", "view following the live agent, one page open, 1 s publishes",
            r"one page open, 1 s publishes, \d+ s \(\d+ intervals\): ([\d.]+) %", "% of a core",
            "<= 1%"),
@@ -221,6 +232,7 @@ def commands(quick: bool, vm: str | None, rezolus: str | None = None) -> dict[st
     """Return each benchmark's command line (``rezolus``: a Rezolus source checkout; without
     one, rezolus_compare prints one line saying it skipped)."""
     py = sys.executable
+    hour = ["--seconds", "5", "--hour", "300"] if quick else []
     return {
         # The disabled check is a host figure (the VM emulates its CPU: ~26x slower); the
         # enabled write needs user_events, so the VM (its ratio to writev is what counts).
@@ -240,15 +252,14 @@ def commands(quick: bool, vm: str | None, rezolus: str | None = None) -> dict[st
         "transports": [py, "bench/transports.py", *(["-n", "20000", "--seconds", "3",
                                                       "--rounds", "1"] if quick else [])],
         "uprobe_enable": [py, "bench/uprobe_enable.py", *(["--rounds", "1"] if quick else [])],
-        "parquet_size": [py, "bench/parquet_size.py", *(["--seconds", "3"] if quick else [])],
         "intervals": [py, "bench/intervals.py", *(["-n", "20", "--calls", "10000"] if quick
                                                   else [])],
         "otel": [py, "bench/otel.py", *(["--series", "20", "-n", "3", "--rounds", "3"] if quick
                                         else [])],
-        "replay": [py, "bench/replay.py", *(["--seconds", "5", "--hour", "300"] if quick
-                                            else [])],
-        "view": [py, "bench/view.py", "--live", *(["--minutes", "5", "--seconds", "5"] if quick
-                                                  else [])],
+        # Each makes bench/hour.py's hour (quick: five minutes from 5 s).
+        "replay": [py, "bench/replay.py", *hour],
+        "parquet_size": [py, "bench/parquet_size.py", *hour],
+        "view": [py, "bench/view.py", *hour, "--live", *(["--follow", "5"] if quick else [])],
         # Last: its emulated CPU loads the machine long after it exits.
         **({"publish_vm": [py, "bench/publish.py", "-n", "20000" if quick else "200000",
                            "--vm", vm],

@@ -2,25 +2,21 @@
 
     sudo python bench/replay.py [--seconds 20] [--hour 3600] [--from SHORT.rzr]
 
-The hour is synthesized from a short real recording: the installed agent at the shipped
-config (configs/default.toml) and ``rezolus-ue record --costly`` for ``--seconds`` (or
-``--from`` an existing one), its publish intervals repeated with shifted timestamps until
-``--hour`` seconds are filled (``hour_recording``; each repeat's counters start over, as
-after an agent restart). Then, in one run:
+The hour is bench/hour.py's: every event at the shipped config, synthesized from a short
+real recording (hold /tmp/rezolus-live.lock unless ``--from``). Then, in one run:
 
 * ``top --from``: top's replay loop (``replay_loop``) at full speed from the first interval
-  to the last, drawing a 200x60 screen as it goes (into memory): records per second, the
-  index's compressed size and the process's peak RSS, and one seek back 30 minutes;
+  to the last, drawing a 200x60 screen as it goes (into memory): the recording's records
+  per second (top reads only the events it shows), the index's compressed size and the
+  process's peak RSS, and one seek back 30 minutes;
 * ``tail --from``: the installed CLI printing every record to /dev/null.
 
-``hour_recording`` is what ``bench/view.py`` may call for its own line. Prints figures;
-asserts nothing.
+Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import resource
 import subprocess
@@ -31,65 +27,9 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rezolus_ue.consume.intervals import EVENT, split  # noqa: E402
-from rezolus_ue.consume.recording import read_meta, read_records  # noqa: E402
-from rezolus_ue.consume.recording.native import NativeWriter  # noqa: E402
-
-
-def cli() -> str:
-    """Return the installed CLI beside this interpreter (scripts/setup.sh)."""
-    return str(Path(sys.executable).parent / "rezolus-ue")
-
-
-def real_recording(out: Path, seconds: int) -> None:
-    """Record every event for ``seconds`` with the installed agent at the shipped config."""
-    log = out.with_suffix(".agent.log")
-    with open(log, "wb") as f:
-        agent = subprocess.Popen([cli(), "run", "--config", str(ROOT / "configs" /
-                                                                "default.toml")],
-                                 stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        subprocess.run([cli(), "record", str(out), "--costly", "--duration", f"{seconds}s",
-                        "--force"], check=True, capture_output=True, timeout=600)
-    finally:
-        agent.terminate()
-        agent.wait(timeout=60)
-
-
-def hour_recording(short: Path, out: Path, seconds: int = 3600) -> tuple[int, int]:
-    """Write ``out``: ``short``'s publish intervals repeated, timestamps shifted, until
-    ``seconds`` of data time are filled; return (records, intervals) written."""
-    ivs = [iv for iv in split(read_records(short)) if iv.records]
-    if len(ivs) < 2:
-        raise SystemExit(f"{short}: fewer than two publish intervals")
-    first, last = ivs[0].records[0].time_ns, ivs[-1].end_ns
-    period = (last - first) // (len(ivs) - 1)
-    span = last - first + period
-    meta = read_meta(short)
-    w = NativeWriter.create(out, meta, overwrite=True)
-    records = intervals = 0
-    shift = 0
-    try:
-        while shift < seconds * 10**9:
-            for iv in ivs:
-                if iv.records[0].time_ns - first + shift >= seconds * 10**9:
-                    break
-                recs = [dataclasses.replace(r, time_ns=r.time_ns + shift) for r in iv.records]
-                if iv.exact:  # its tick record too, as the agent wrote it
-                    recs.append(dataclasses.replace(recs[-1], event=EVENT, time_ns=iv.end_ns
-                                                    + shift, fields={
-                                                        "seq": intervals, "interval_ns": period,
-                                                        "records": len(iv.records)}))
-                w.write_records(recs)
-                records += len(recs)
-                intervals += 1
-            shift += span
-    finally:
-        w.close()
-    return records, intervals
+import hour
 
 
 class _Live:
@@ -104,8 +44,9 @@ class _Live:
 _CONSOLE = None
 
 
-def bench_top(path: Path) -> None:
-    """Replay ``path`` as ``top --from`` does at full speed; print its figures."""
+def bench_top(path: Path, records: int) -> None:
+    """Replay ``path`` (``records`` records) as ``top --from`` does at full speed; print its
+    figures, rates per record of the recording, as tail's and view's are."""
     global _CONSOLE
     import io
 
@@ -139,9 +80,9 @@ def bench_top(path: Path) -> None:
     os.close(w)
     rep = pb.replay
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(f"top --from, as fast as it can: {rep.records / took:.0f} records/s"
-          f" ({rep.records} records, {len(rep)} intervals in {took:.1f} s, {live.frames}"
-          " screens drawn)")
+    print(f"top --from, as fast as it can: {records / took:.0f} records/s of the recording"
+          f" ({len(rep)} intervals in {took:.1f} s, {live.frames} screens drawn; top reads"
+          f" {rep.records} of its {records} records: the events it shows)")
     print(f"top --from index: {rep.bytes() / 2**20:.1f} MiB compressed for the hour"
           f" ({rep.bytes() / rep.records:.1f} bytes/record); peak RSS {rss / 1024:.0f} MiB"
           f" (+{(rss - rss0) / 1024:.0f} MiB while replaying)")
@@ -154,7 +95,7 @@ def bench_tail(path: Path, records: int) -> None:
     """Print every record of ``path`` with the installed ``tail --from``; print its rate."""
     s = time.perf_counter()
     with open(os.devnull, "wb") as null:
-        subprocess.run([cli(), "tail", "--from", str(path)], stdout=null, check=True,
+        subprocess.run([hour.cli(), "tail", "--from", str(path)], stdout=null, check=True,
                        timeout=3600)
     took = time.perf_counter() - s
     print(f"tail --from: {records / took:.0f} records/s ({took:.1f} s for the hour)")
@@ -162,21 +103,12 @@ def bench_tail(path: Path, records: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seconds", type=int, default=20, help="the real recording's length")
-    ap.add_argument("--hour", type=int, default=3600, help="seconds to synthesize")
-    ap.add_argument("--from", dest="source", type=Path, help="a short real recording")
+    hour.add_arguments(ap)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        short = args.source or Path(tmp) / "short.rzr"
-        if args.source is None:
-            real_recording(short, args.seconds)
-        hour = Path(tmp) / "hour.rzr"
-        n, ivs = hour_recording(short, hour, args.hour)
-        print(f"recording: {args.hour} s synthesized from {short.name} (a real recording,"
-              f" every event, shipped config): {n} records, {ivs} intervals,"
-              f" {hour.stat().st_size / 2**20:.1f} MiB")
-        bench_top(hour)
-        bench_tail(hour, n)
+        h = hour.make(args, Path(tmp))
+        bench_top(h.path, h.records)
+        bench_tail(h.path, h.records)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,17 @@
 """Cost of ``rezolus-ue view``: loading a recording, and following the live agent.
 
-    python bench/view.py [--minutes 60] [--cpus 8] [--processes 100]   # replay only
-    sudo python bench/view.py --live [--seconds 30]                 # also the live cost
+    sudo python bench/view.py [--seconds 20] [--hour 3600] [--from SHORT]   # replay
+    sudo python bench/view.py --live [--follow 30]                # also the live cost
 
-* replay: a synthetic recording of ``--minutes`` of 1 s publishes (bench/top.py's host:
-  ``--cpus`` CPUs, 20 cgroups, ``--processes`` processes' records per tick, disks,
-  interfaces, the agent's own events, and the agent's tick record), written as a native
-  recording, then loaded as ``view --from`` loads it (read, grouped by interval, every
-  chart's series): records per second, and the time to serve the CPU page's whole range.
-* live (root; run it with no other consumer or agent: ``flock /tmp/rezolus-live.lock``):
-  the installed agent at its default config and 1 s publishes, ``rezolus-ue view``, and
-  one client doing what an open tab does (the event stream, then each interval's new
-  points of the CPU page): the view process's CPU over ``--seconds``, as a share of one
-  core; and the same with no page open (nothing subscribed). Goal: <= 1 % of a core.
+* replay: bench/hour.py's hour of every event at the shipped config (hold
+  /tmp/rezolus-live.lock unless ``--from``), loaded as ``view --from`` loads it (read,
+  grouped by interval, every chart's series): records per second, and the time to serve
+  the CPU page's whole range.
+* live (root; hold the lock too): the installed agent at the shipped config (1 s
+  publishes), ``rezolus-ue view``, and one client doing what an open tab does (the event
+  stream, then each interval's new points of the CPU page): the view process's CPU over
+  ``--follow`` seconds, as a share of one core; and the same with no page open (nothing
+  subscribed). Goal: <= 1 % of a core.
 
 Prints figures; asserts nothing.
 """
@@ -30,50 +29,24 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import TextIO
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rezolus_ue.consume.intervals import EVENT  # noqa: E402
-from rezolus_ue.consume.recording import write_recording  # noqa: E402
-from rezolus_ue.consume.records import Record  # noqa: E402
-from rezolus_ue.consume.view import load  # noqa: E402
-from rezolus_ue.consume.view.pages import page  # noqa: E402
+import hour
 
-S = 10**9
-CLI = Path(sys.executable).parent / "rezolus-ue"
-
-
-def synthesize(path: Path, minutes: int, cpus: int, processes: int) -> int:
-    """Write a recording of ``minutes`` of 1 s ticks; return its records."""
-    import top as top_bench  # bench/top.py: a realistic host's tick
-
-    def records():
-        for i in range(1, minutes * 60 + 1):
-            tick = top_bench.tick(cpus, i, 20, processes)
-            yield from tick
-            yield Record(EVENT, i * S + 1000, 0, 1,
-                         {"seq": i, "interval_ns": S, "records": len(tick)})
-
-    return write_recording(records(), path, "native", {"wall_offset_ns": 0}, overwrite=True)
+from rezolus_ue.consume.view import load
+from rezolus_ue.consume.view.pages import page
 
 
 def replay(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "hour.rzr"
+        h = hour.make(args, Path(tmp))
         t0 = time.perf_counter()
-        n = synthesize(path, args.minutes, args.cpus, args.processes)
-        made = time.perf_counter() - t0
-        size = path.stat().st_size
-        print(f"synthetic recording: {args.minutes} min of 1 s ticks, {args.cpus} CPUs,"
-              f" {args.processes} processes: {n} records, {size / 2**20:.1f} MiB"
-              f" (written in {made:.1f} s)")
-        t0 = time.perf_counter()
-        ds = load(path)
+        ds = load(h.path)
         took = time.perf_counter() - t0
         print(f"view replay: loaded {len(ds.times)} intervals in {took:.2f} s:"
-              f" {n / took:.0f} records/s")
+              f" {h.records / took:.0f} records/s")
         t0 = time.perf_counter()
         body = json.dumps(ds.page_data(page("cpu")))  # type: ignore[arg-type]
         took = time.perf_counter() - t0
@@ -112,55 +85,52 @@ class Tab(threading.Thread):
 
 
 def live(args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        log = open(Path(tmp) / "agent.log", "w+")  # noqa: SIM115
-        agent = subprocess.Popen([str(CLI), "run", "--interval", "1s"], stdout=log,
-                                 stderr=subprocess.STDOUT)
-        vlog = open(Path(tmp) / "view.log", "w+")  # noqa: SIM115
-        view = subprocess.Popen([str(CLI), "view", "--port", "0"], stdout=vlog,
+    with tempfile.TemporaryDirectory() as tmp, \
+            open(Path(tmp) / "view.log", "w+") as vlog, hour.agent(Path(tmp) / "agent.log"):
+        view = subprocess.Popen([hour.cli(), "view", "--port", "0"], stdout=vlog,
                                 stderr=subprocess.STDOUT)
         try:
-            url = None
-            for _ in range(600):
-                vlog.seek(0)
-                if m := re.search(r"http://\S+/", vlog.read()):
-                    url = m.group(0)
-                    break
-                time.sleep(0.1)
-            if url is None:
-                print("view did not start")
-                return
-            time.sleep(5)  # the agent's start-up
-            c0 = _cpu_s(view.pid)
-            time.sleep(args.seconds)
-            idle = (_cpu_s(view.pid) - c0) / args.seconds * 100
-            print(f"view, no page open, {args.seconds} s: {idle:.3f} % of a core")
-            tab = Tab(url)
-            tab.start()
-            deadline = time.monotonic() + 60
-            while tab.intervals < 3 and time.monotonic() < deadline:
-                time.sleep(0.2)  # subscribed and following
-            c0, n0 = _cpu_s(view.pid), tab.intervals
-            time.sleep(args.seconds)
-            used = (_cpu_s(view.pid) - c0) / args.seconds * 100
-            tab.stopped = True
-            print(f"view following the live agent, one page open, 1 s publishes,"
-                  f" {args.seconds} s ({tab.intervals - n0} intervals): {used:.3f} % of a core")
+            follow(view.pid, vlog, args.follow)
         finally:
-            for p in (view, agent):
-                p.terminate()
-                p.wait(timeout=60)
-            log.close()
-            vlog.close()
+            view.terminate()
+            view.wait(timeout=60)
+
+
+def follow(pid: int, vlog: TextIO, seconds: int) -> None:
+    """Print the view process's CPU with no page open, then with one following the agent."""
+    url = None
+    for _ in range(600):
+        vlog.seek(0)
+        if m := re.search(r"http://\S+/", vlog.read()):
+            url = m.group(0)
+            break
+        time.sleep(0.1)
+    if url is None:
+        print("view did not start")
+        return
+    c0 = _cpu_s(pid)
+    time.sleep(seconds)
+    idle = (_cpu_s(pid) - c0) / seconds * 100
+    print(f"view, no page open, {seconds} s: {idle:.3f} % of a core")
+    tab = Tab(url)
+    tab.start()
+    deadline = time.monotonic() + 60
+    while tab.intervals < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)  # subscribed and following
+    c0, n0 = _cpu_s(pid), tab.intervals
+    time.sleep(seconds)
+    used = (_cpu_s(pid) - c0) / seconds * 100
+    tab.stopped = True
+    print(f"view following the live agent, one page open, 1 s publishes,"
+          f" {seconds} s ({tab.intervals - n0} intervals): {used:.3f} % of a core")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--minutes", type=int, default=60)
-    ap.add_argument("--cpus", type=int, default=8)
-    ap.add_argument("--processes", type=int, default=100)
+    hour.add_arguments(ap)
     ap.add_argument("--live", action="store_true", help="also the live cost (root)")
-    ap.add_argument("--seconds", type=int, default=30)
+    ap.add_argument("--follow", type=int, default=30,
+                    help="live: seconds to measure each state (default 30)")
     args = ap.parse_args()
     replay(args)
     if args.live:

@@ -340,3 +340,52 @@ def test_processes_bench_tree_is_read_whole_by_the_sampler() -> None:
     busy = {k[0] for k, v in rows[PROCESS].items() if v[PROCESS.slot("cpu_interval_ns")]}
     assert busy == set(t.pids[::bench.BUSY])
     assert bench.no_consumer(3)[0] == 0
+
+
+def _short_recording(path: Path, ticks: int) -> None:
+    """Write a short recording as the recorder would: bench/top.py's host publishing at 1 s,
+    each tick ended by its tick record, the first tick joined mid-way."""
+    from rezolus_ue.consume.intervals import EVENT
+    from rezolus_ue.consume.recording import write_recording
+    from rezolus_ue.consume.records import Record
+
+    top = load("top")
+    records = []
+    for i in range(1, ticks + 1):
+        tick = top.tick(2, i, 2, 3)
+        records += tick[len(tick) // 2:] if i == 1 else tick
+        records.append(Record(EVENT, i * 10**9 + 1000, 0, 1,
+                              {"seq": i, "interval_ns": 10**9, "records": len(tick)}))
+    write_recording(records, path, "native", {"wall_offset_ns": 0})
+
+
+def test_hour_repeats_the_whole_intervals_with_their_tick_records(tmp_path: Path) -> None:
+    """bench/hour.py fills the hour with the short recording's whole intervals (not the
+    first, joined mid-tick), each closed by a tick record, in time order."""
+    from rezolus_ue.consume.intervals import split
+    from rezolus_ue.consume.recording import read_records
+
+    hour = load("hour")
+    _short_recording(tmp_path / "short.rzr", 4)
+    records, intervals = hour.hour_recording(tmp_path / "short.rzr", tmp_path / "hour.rzr", 10)
+    ivs = list(split(read_records(tmp_path / "hour.rzr")))
+    assert intervals == len(ivs) == 10 and records == sum(len(iv.records) + 1 for iv in ivs)
+    assert all(iv.exact and iv.written == len(iv.records) for iv in ivs)
+    assert [iv.seq for iv in ivs] == list(range(10))
+    assert {len(iv.records) for iv in ivs} == {len(load("top").tick(2, 1, 2, 3))}
+    ends = [iv.end_ns for iv in ivs]
+    assert ends == sorted(ends) and len(set(ends)) == 10
+
+
+@pytest.mark.parametrize("bench", ["replay", "parquet_size", "view"])
+def test_hour_benchmarks_print_every_figure_all_extracts(bench: str, tmp_path: Path) -> None:
+    """replay, parquet_size and view, from a short recording (no agent), print every figure
+    bench/all.py takes from them (view's live figure needs the agent: not here)."""
+    _short_recording(tmp_path / "short.rzr", 4)
+    out = subprocess.run([sys.executable, str(BENCH / f"{bench}.py"), "--from",
+                          str(tmp_path / "short.rzr"), "--hour", "20"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = {f.name: v for f, v in load("all").extract({bench: out.stdout})
+            if f.bench == bench and "live agent" not in f.name}
+    assert rows and "not measured" not in rows.values(), (rows, out.stdout)
