@@ -515,7 +515,6 @@ def _triggers(rules: object, fail) -> tuple[dict[str, object], ...]:  # type: ig
     """Return the ``[[trigger]]`` rules with their defaults, each error naming the rule."""
     if not isinstance(rules, list) or not all(isinstance(r, dict) for r in rules):
         raise fail((), "trigger", "'trigger' must be an array of tables: [[trigger]]")
-    known = {o.key: o for o in TRIGGER_OPTIONS}
     out: list[dict[str, object]] = []
     for n, rule in enumerate(rules):
         table = ("trigger", f"#{n}")
@@ -523,15 +522,7 @@ def _triggers(rules: object, fail) -> tuple[dict[str, object], ...]:  # type: ig
         what = f"[[trigger]] {shown(name, 40)}"
         got: dict[str, object] = {o.key: None if o.default is None else o.convert(o.default)
                                   for o in TRIGGER_OPTIONS}
-        for key, value in rule.items():
-            opt = known.get(key)
-            if opt is None:
-                raise fail(table, key, f"{what}: unknown key {shown(key)}; allowed: "
-                           + ", ".join(known))
-            try:
-                got[key] = opt.convert(value)
-            except ValueError as e:
-                raise fail(table, key, f"{what} {key}: {e}") from None
+        got.update(_convert(rule, TRIGGER_OPTIONS, table, what, fail))
         for key in ("event", "metric"):
             if not got[key]:
                 raise fail(table, None, f"{what}: {key} is required")
@@ -550,17 +541,24 @@ def _section(section: object, options: tuple[Option, ...], table: tuple[str, ...
     name = ".".join(table)
     if not isinstance(section, dict):
         raise fail(table[:-1], table[-1], f"{shown(name)} must be a table, e.g. [{name}]")
+    return _convert(section, options, table, f"[{name}]", fail)
+
+
+def _convert(section: dict, options: tuple[Option, ...], table: tuple[str, ...], what: str,
+             fail) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """Return ``section``'s values converted by their options; an unknown key or a bad
+    value is ``fail``'s one-line error, ``what`` naming the section."""
     known = {o.key: o for o in options}
     out: dict[str, object] = {}
     for key, value in section.items():
         opt = known.get(key)
         if opt is None:
-            raise fail(table, key, f"unknown key {shown(key)} in [{name}]; allowed: "
+            raise fail(table, key, f"unknown key {shown(key)} in {what}; allowed: "
                        + ", ".join(known))
         try:
             out[key] = opt.convert(value)
         except ValueError as e:
-            raise fail(table, key, f"[{name}] {key}: {e}") from None
+            raise fail(table, key, f"{what} {key}: {e}") from None
     return out
 
 

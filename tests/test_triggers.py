@@ -125,8 +125,8 @@ def test_bad_rules_name_the_rule_and_key(keys: dict, message: str) -> None:
      " of above and below"),
     (rule_text(name="a b"), "<config>:8: [[trigger]] 'a b' name: use 1 to 64"),
     (rule_text(over="median"), "<config>:8: [[trigger]] 'rezolus_cpu_usage.busy_ppm' over:"),
-    (rule_text() + rule_text(wat=1), "<config>:15: [[trigger]] 'rezolus_cpu_usage.busy_ppm':"
-     " unknown key 'wat'"),
+    (rule_text() + rule_text(wat=1), "<config>:15: unknown key 'wat' in [[trigger]]"
+     " 'rezolus_cpu_usage.busy_ppm'; allowed:"),
     (rule_text(after="2h"), "after: '2h' is out of range"),
     ("trigger = 3\n", "'trigger' must be an array of tables"),
 ])

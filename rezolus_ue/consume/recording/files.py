@@ -116,12 +116,8 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def read_tables(path: str | os.PathLike[str],
                 events: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
-    """Return a recording as one table per event: {event: {column: values}}.
-
-    Integer columns are numpy arrays, str and bytes columns lists: ready for
-    ``pandas.DataFrame(columns)``. An event recorded with two field layouts (two agent
-    versions) gets its second as ``<event>#2``. Damage is skipped as by ``read_records``.
-    """
+    """Return a recording in any format as one table per event: {event: {column:
+    values}}, as ``native.read_tables`` describes."""
     p = check_input(path)
     if not parquet_files(p):
         return read_native_tables(p, events)
