@@ -497,15 +497,3 @@ def test_live_follows_only_while_a_page_is_open(browser: object, agent: Proc,
     finally:
         assert v.stop() == 0, v.output()
         assert "Traceback" not in v.output()
-
-
-def test_bench_replays_a_synthetic_recording(capsys: pytest.CaptureFixture[str]) -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_view", ROOT / "bench" / "view.py")
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    bench.replay(argparse.Namespace(minutes=1, cpus=2, processes=3))
-    out = capsys.readouterr().out
-    assert re.search(r"view replay: loaded 60 intervals in [\d.]+ s: \d+ records/s", out), out

@@ -13,6 +13,7 @@ published twice belongs to two ticks. Such intervals are not ``exact``.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -161,10 +162,17 @@ def split(records: Iterable[Record]) -> Iterator[Interval]:
     yield from iv.flush()
 
 
+def deltas(values: tuple[int, ...], prev: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Return a series' counters' increases since ``prev``, or None when one went down:
+    its source restarted (the agent, a re-created cgroup), so this step gives no rate and
+    ``values`` are the base of the next. Every consumer's rates follow this rule."""
+    d = tuple(map(operator.sub, values, prev))
+    return None if d and min(d) < 0 else d
+
+
 class Rates:
-    """Counters' rates per second between consecutive values of each series, reset-aware:
-    a value below the previous one is a restart (agent, cgroup re-created), which gives no
-    rate and is the base of the next."""
+    """Counters' rates per second between consecutive values of each series, reset-aware
+    (``deltas``)."""
 
     __slots__ = ("_last", "resets")
 
@@ -181,12 +189,13 @@ class Rates:
         if prev is None:
             return None
         v0, t0 = prev
-        if value < v0:
+        step = deltas((value,), (v0,))
+        if step is None:
             self.resets += 1
             return None
         if time_ns <= t0:
             return None
-        return (value - v0) * 1e9 / (time_ns - t0)
+        return step[0] * 1e9 / (time_ns - t0)
 
     def forget(self, key: Hashable) -> None:
         """Drop ``key`` (its series went away): its next value starts afresh."""

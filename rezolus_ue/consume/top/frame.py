@@ -37,7 +37,7 @@ import numpy as np
 
 from ...metrics.family import Family, Kind
 from ..intervals import EVENT as TICK
-from ..intervals import INTERVAL_SLACK, Interval, Intervals, Publishes
+from ..intervals import INTERVAL_SLACK, Interval, Intervals, Publishes, deltas
 from ..records import Record
 
 if TYPE_CHECKING:
@@ -327,14 +327,12 @@ class Model:
             return
         dt = r.time_ns - s.t_ns
         if dt > 0:
-            deltas = tuple(map(operator.sub, counts, s.counts))
-            if deltas and min(deltas) < 0:
-                # The source restarted (agent restart, cgroup re-created): no rate this
-                # step; the new values are the base of the next one.
+            steps = deltas(counts, s.counts)
+            if steps is None:  # the source restarted: no rate from this step
                 self._resets += 1
             else:
                 s.acc_dt += dt
-                s.acc = tuple(map(operator.add, s.acc, deltas)) if s.acc else deltas
+                s.acc = tuple(map(operator.add, s.acc, steps)) if s.acc else steps
         s.t_ns, s.values, s.counts, s.gen = r.time_ns, r.fields, counts, gen
 
     def _add_dist(self, base: str, labels: tuple, f: dict[str, object]) -> None:
