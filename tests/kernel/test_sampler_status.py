@@ -122,7 +122,8 @@ def test_a_failing_sampler_is_named_with_its_error_and_count_everywhere(
 
             def published() -> bool:
                 recs.extend(r.fields for r in sub.poll(200)
-                            if r.fields["sampler"] == FAILING)
+                            if r.event == "rezolus_agent_status"
+                            and r.fields["sampler"] == FAILING)
                 return bool(recs) and recs[-1]["state"] == "failed"
 
             wait_for(published, timeout=60, step=0)
