@@ -19,8 +19,9 @@ without it they subscribe to the cheap events only, and this test checks every e
 Once every available sampler is active and tail has seen three more publish intervals
 (and the exporter serves every family: it may start receiving later, a process of its
 own), each consumer must have seen every event of every available sampler, the agent must
-report no sampler or write error, and every sampler it reports unavailable must say
-which kernel feature is missing.
+report no sampler or write error, every sampler it reports unavailable must say
+which kernel feature is missing, and in perf's order each tick record (``intervals``)
+must follow exactly the records it says its tick wrote.
 
 The consumers run as root whichever way the agent runs: what the unit changes is the
 agent's privileges, which perf and tail prove (every event published after the drop), so
@@ -33,6 +34,7 @@ where tail and perf prove what user_events changes.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -425,6 +427,17 @@ def test_every_event_reaches_every_consumer_under_the_shipped_privileges(shipped
         line = by_event[event][-1]
         absent = [f.name for f in schemas[event].fields if f"{f.name}=" not in line]
         assert not absent, f"perf script shows no {absent} in {line!r}"
+    # Each tick record ends its tick. In perf's order (time, over every CPU) the records
+    # since the previous tick record are exactly the ones it says its tick wrote, and the
+    # ticks are numbered without a gap. The first is left out: perf enables its events
+    # one CPU at a time, so the first tick it sees may be partial.
+    ours = [ln for ln in script.stdout.splitlines() if _perf_lines(ln)]
+    ticks = [i for i, ln in enumerate(ours) if f":{TICK}:" in ln]
+    assert len(ticks) > INTERVALS, ours[-5:]
+    seqs = [_field(ours[i], "seq") for i in ticks]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs
+    for prev, i in itertools.pairwise(ticks[1:]):
+        assert _field(ours[i], "records") == i - prev - 1, (ours[i], ours[prev + 1 : i][-3:])
     last = by_event[AGENT.name][-1]
     assert _field(last, "sampler_errors") == 0, (last, out)
     assert _field(last, "write_errors") == 0, (last, out)
