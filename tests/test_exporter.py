@@ -954,6 +954,9 @@ def test_render_while_ingesting(server: tuple[ex.Exporter, object]) -> None:
             t += 1
             exp.ingest(pub.publish([{(c,): [*CPU_VALUES, 10 * t] for c in range(8)}] * 2)
                        + hist_records(t * S, "cpu_usage", [1, t, 0], [100, 200]))
+            # Let the server's thread in between ingests: a loop that never blocks holds
+            # the GIL for whole switch intervals, and each request took seconds.
+            time.sleep(0)
 
     th = threading.Thread(target=feed)
     th.start()
