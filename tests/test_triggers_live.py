@@ -1,10 +1,16 @@
 """A ``[[trigger]]`` rule on this host's kernel: the installed agent with the shipped config
 plus a rule, ``record --ring`` reading it, and a CPU burst that fires the rule: one file in
 the ring's dumps directory holds the burst and its window, one log line says so, and a
-second burst inside the window does not fire again."""
+second burst inside the window does not fire again.
+
+The rule watches the runnable tasks (``rezolus_scheduler`` ``procs_running``) above the
+most seen before the burst plus the burst's own spinners, less a margin: busy CPU time
+cannot rise on a host already busy (the stress run keeps every CPU so), runnable tasks
+can, so the rule holds during the burst and not before, whatever else the host runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,13 +24,18 @@ from waiting import running, wait_for
 ROOT = Path(__file__).resolve().parent.parent
 INTERVAL_NS = 500_000_000
 BEFORE_S, AFTER_S = 3, 3
-RULE = f"""
+#: Spinners per CPU in a burst.
+SPIN = 4
+
+
+def rule(above: int) -> str:
+    """Return the trigger rule, firing on more than ``above`` runnable tasks."""
+    return f"""
 [[trigger]]
 name = "cpu-burst"
-event = "rezolus_cpu_usage"
-metric = "busy_ppm"
-over = "min"
-above = 800000
+event = "rezolus_scheduler"
+metric = "procs_running"
+above = {above}
 for = 3
 before = "{BEFORE_S}s"
 after = "{AFTER_S}s"
@@ -39,9 +50,9 @@ def _cli() -> str:
 
 
 def burst(seconds: float) -> tuple[int, int]:
-    """Keep every CPU busy for ``seconds`` (two spinners per CPU); return its start and
+    """Keep every CPU busy for ``seconds`` (SPIN spinners per CPU); return its start and
     end on CLOCK_MONOTONIC, the records' clock."""
-    n = 2 * (os.cpu_count() or 1)
+    n = SPIN * (os.cpu_count() or 1)
     start = time.monotonic_ns()
     spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
     try:
@@ -59,11 +70,14 @@ def test_a_burst_fires_one_dump_of_its_window(tmp_path: Path) -> None:
     from kernel.conftest import Bus
 
     from rezolus_ue.consume.recording import read_records
+    from rezolus_ue.samplers.scheduler import SCHEDULER
     from rezolus_ue.schema import CPU_USAGE
     from tracefs_tools import Tracefs, find_tracefs
 
+    sched = SCHEDULER.event
+    shipped = (ROOT / "configs" / "default.toml").read_text()
     cfg = tmp_path / "config.toml"
-    cfg.write_text((ROOT / "configs" / "default.toml").read_text() + RULE)
+    cfg.write_text(shipped)
     cfg.chmod(0o600)
     ring = tmp_path / "ring"
     agent_log, rec_log = tmp_path / "agent.log", tmp_path / "record.log"
@@ -77,9 +91,18 @@ def test_a_burst_fires_one_dump_of_its_window(tmp_path: Path) -> None:
         wait_for(lambda: running(agent, lambda: agent_log.read_text(errors="replace"),
                                  "agent") and CPU_USAGE.name in bus.registered(),
                  timeout=240, step=0.2)
+        # The most runnable tasks over a few intervals before any burst: the burst's
+        # SPIN per CPU go above it by more than the margin of one per CPU left here.
+        base = subprocess.run([_cli(), "tail", sched, "--format", "json", "--count", "8"],
+                              capture_output=True, text=True, timeout=120)
+        assert base.returncode == 0, base.stderr
+        most = max(json.loads(ln)["procs_running"] for ln in base.stdout.splitlines())
+        cpus = os.cpu_count() or 1
+        rules = tmp_path / "rules.toml"
+        rules.write_text(shipped + rule(most + (SPIN - 1) * cpus))
         with open(rec_log, "wb") as out:
             recorder = subprocess.Popen([_cli(), "record", "--ring", str(ring), "--config",
-                                         str(cfg), "--flush", "200ms"], stdout=out,
+                                         str(rules), "--flush", "200ms"], stdout=out,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
         def held_ns() -> int:
@@ -109,7 +132,8 @@ def test_a_burst_fires_one_dump_of_its_window(tmp_path: Path) -> None:
     log = rec_log.read_text(errors="replace")
     lines = [ln for ln in log.splitlines() if "trigger cpu-burst" in ln]
     assert len(lines) == 1 and str(files[0]) in lines[0], log
-    assert "min rezolus_cpu_usage busy_ppm > 800000 for 3 intervals" in lines[0]
+    assert f"rezolus_scheduler procs_running > {most + (SPIN - 1) * cpus} for 3" \
+        " intervals" in lines[0], lines[0]
     assert len(list(dumps.glob("trigger-*"))) == 1  # nothing more once stopped
     recs = list(read_records(files[0]))
     ts = [r.time_ns for r in recs]
@@ -119,5 +143,5 @@ def test_a_burst_fires_one_dump_of_its_window(tmp_path: Path) -> None:
         first[0] - BEFORE_S * 10**9 + 2 * slack), (ts[0], first)
     assert second[1] + AFTER_S * 10**9 - slack <= ts[-1] <= (
         second[1] + AFTER_S * 10**9 + 2 * slack), (ts[-1], second)
-    busy = [r for r in recs if r.event == CPU_USAGE.name and first[0] < r.time_ns < first[1]]
-    assert busy and max(r.fields["busy_ppm"] for r in busy) > 800_000
+    busy = [r for r in recs if r.event == sched and first[0] < r.time_ns < first[1]]
+    assert busy and max(r.fields["procs_running"] for r in busy) > most + (SPIN - 1) * cpus
