@@ -718,11 +718,10 @@ def test_process_series_are_labelled_by_pid_comm_and_start_only() -> None:
             {"pid": "7", "comm": "café-wörker", "start_ns": str(3 * S)}]
     assert one(fams, "rezolus_process_cpu_user_seconds_total", pid="7", comm="café-wörker",
                start_ns=str(3 * S)) == 2.0
-    # The selection names fields of its family and an event published beside it.
+    # The selection names fields of its family.
     for event, sel in prom.SELECTIONS.items():
         family = next(f for f in (PROCESS, PROCESSES) if f.event == event)
         assert set(sel.labels) <= set(family.schema.field_names)
-        assert sel.closed_by in {f.event for f in (PROCESS, PROCESSES)} - {event}
 
 
 def test_a_state_change_keeps_the_series() -> None:

@@ -68,7 +68,7 @@ from ..errors import ConfigError
 from ..metrics import catalog, h2
 from ..metrics.family import DIST, HIST_QUANTILES, Family, Kind, Metric
 from ..otel.wire import EVENT as OTLP_EVENT
-from ..samplers.processes import PROCESS, PROCESSES
+from ..samplers.processes import PROCESS
 from .intervals import Intervals, Publishes
 from .records import Record
 
@@ -105,11 +105,9 @@ _BASE_UNIT = {"_seconds": "seconds", "_ratio": "ratio (1 = 100%)", "": "a plain 
 class Selection:
     """A family whose records each interval name a selection (the busiest processes), not
     every label set there is: its series are labelled by ``labels`` only, and go as soon
-    as a record of ``closed_by`` (published once per interval beside it) ends an interval
-    they are not in."""
+    as an interval they are not in closes (``intervals``)."""
 
     labels: tuple[str, ...]  # fields that label a series: its identity, few values each
-    closed_by: str  # the event whose records end each interval
 
 
 #: The selection families, by event. ``rezolus_process`` is labelled by pid, comm and
@@ -117,7 +115,7 @@ class Selection:
 #: and never continues the counters of the process that had it. user and cgroup are left
 #: out, and state (which changes from one interval to the next) would split every series.
 SELECTIONS: dict[str, Selection] = {
-    PROCESS.event: Selection(("pid", "comm", "start_ns"), PROCESSES.event),
+    PROCESS.event: Selection(("pid", "comm", "start_ns")),
 }
 
 
