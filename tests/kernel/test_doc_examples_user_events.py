@@ -69,7 +69,7 @@ def test_user_events_output_as_shown(sh: Shell, agent: subprocess.Popen[bytes]) 
     key = sh.form(README_PERF)
     assert key == README_PERF, key
     sh.check_claims(key, sh.run(key).stdout)
-    ftrace_instance(sh)
+    ftrace_instance(sh, agent.pid)
 
 
 def test_man_page_consuming(sh: Shell, agent: subprocess.Popen[bytes]) -> None:
