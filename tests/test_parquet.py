@@ -96,6 +96,31 @@ def test_the_mapping_names_real_metrics_once() -> None:
         names.mapping_table()
 
 
+def test_every_metric_rezolus_dashboards_chart_is_written_or_said_missing() -> None:
+    """Rezolus's built-in dashboards chart what a file has under their metric names: each
+    metric their queries name is in the mapping or declared not collected, with why, and
+    the declaration names nothing they do not chart."""
+    fixture = Path(__file__).parent / "fixtures" / "rezolus" / "dashboard-metrics.txt"
+    charted: dict[str, set[str]] = {}
+    for line in fixture.read_text().splitlines():
+        if line and not line.startswith("#"):
+            dashboard, _, metrics = line.partition(":")
+            for m in metrics.split():
+                charted.setdefault(m, set()).add(dashboard)
+    written = {n.metric for ms in names.MAPPING.values() for n in ms.values()}
+    unaccounted = sorted(set(charted) - written - set(names.NOT_COLLECTED))
+    assert not unaccounted, f"charted by Rezolus, neither mapped nor declared: {unaccounted}"
+    assert not set(names.NOT_COLLECTED) & written
+    assert set(names.NOT_COLLECTED) <= set(charted), set(names.NOT_COLLECTED) - set(charted)
+    # The overview, CPU, memory, scheduler, syscall, softirq and block IO dashboards'
+    # metrics are all written; only hardware and GPU telemetry stay out elsewhere.
+    for dashboard in ("overview", "memory", "scheduler", "syscall", "softirq", "blockio",
+                      "network"):
+        missing = [m for m, ds in charted.items() if dashboard in ds and m not in written]
+        assert not missing, (dashboard, missing)
+    assert "| `cpu_aperf`, `cpu_mperf`, `cpu_tsc` |" in names.mapping_table()
+
+
 def rezolus_file(path: Path, rows: int = 4) -> None:
     """Write a file as Rezolus's recorder does (metriken-exposition): opaque column names,
     ``metric`` and labels in field metadata, a ``duration`` column, a histogram."""

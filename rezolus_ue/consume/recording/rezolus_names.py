@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ...metrics import catalog
 from ...metrics.family import Family, Kind, Metric
+from ...samplers.blockio_requests import BLOCKIO_ERROR_KINDS
 
 #: Our label names that Rezolus spells otherwise.
 LABELS = {"cpu": "id", "cgroup": "name"}
@@ -77,6 +78,8 @@ MAPPING: dict[str, dict[str, Name]] = {
             ("flushes", "flush"))},
         **{f"{op}_bytes": _n("blockio_bytes", op=op) for op in ("read", "write", "discard")},
     },
+    "rezolus_blockio_requests": {f"errors_{k}": _n("blockio_errors", error=k)
+                                 for k in BLOCKIO_ERROR_KINDS},
     "rezolus_blockio_latency": {"latency_ns": _n("blockio_latency")},
     "rezolus_blockio_size": {"size_bytes": _n("blockio_size")},
     "rezolus_network_interface": {
@@ -107,6 +110,38 @@ MAPPING: dict[str, dict[str, Name]] = {
     "rezolus_agent": {"cpu_user_ns": _n("rezolus_cpu_usage", state="user"),
                       "cpu_system_ns": _n("rezolus_cpu_usage", state="system"),
                       "rss_bytes": _n("rezolus_memory_usage_resident_set_size")},
+}
+
+_GPU = ("gpu_clock", "gpu_dram_bandwidth_utilization", "gpu_energy_consumption", "gpu_memory",
+        "gpu_memory_utilization", "gpu_pcie_bandwidth", "gpu_pcie_throughput",
+        "gpu_power_usage", "gpu_sm_occupancy", "gpu_sm_utilization", "gpu_temperature",
+        "gpu_tensor_utilization", "gpu_utilization", "gpmu_busy_cycles", "gpmu_clock",
+        "gpmu_lds_instructions", "gpmu_salu_instructions", "gpmu_valu_instructions")
+_HW_EVENTS = "hardware events perf_hardware does not open (it counts cycles, instructions" \
+    " and branch misses)"
+_MSRS = "per-CPU frequency counters (APERF, MPERF, TSC): cpu_frequency reads cpufreq"
+_TLB = "TLB flushes by reason (tlb:tlb_flush): not collected; cpu_interrupts counts TLB" \
+    " shootdown interrupts"
+
+#: ``{Rezolus metric: why}``: what Rezolus's built-in dashboards chart that no sampler of
+#: ours collects. Everything else their queries name is in MAPPING: tests/test_parquet.py
+#: checks both against the names (tests/fixtures/rezolus/dashboard-metrics.txt).
+NOT_COLLECTED: dict[str, str] = {
+    "cpu_aperf": _MSRS, "cpu_mperf": _MSRS, "cpu_tsc": _MSRS,
+    **dict.fromkeys(("cpu_branch_instructions", "cpu_dtlb_miss", "cpu_l3_access",
+                     "cpu_l3_miss"), _HW_EVENTS),
+    "cpu_tlb_flush": _TLB, "cgroup_cpu_tlb_flush": _TLB,
+    **dict.fromkeys(("cgroup_cpu_cycles", "cgroup_cpu_instructions"),
+                    "per-cgroup hardware counters (perf in cgroup mode): not collected"),
+    "cgroup_cpu_migrations": "per-cgroup migrations: cgroup_scheduler does not count them",
+    "cgroup_syscall": "per-cgroup system calls: syscall counts by operation only",
+    **dict.fromkeys(("rezolus_bpf_run_count", "rezolus_bpf_run_time"),
+                    "per-program BPF run statistics (kernel.bpf_stats_enabled, which times"
+                    " every BPF program on the host): not collected"),
+    "blockio_requeues": "requests the block layer requeued (block:block_rq_requeue): not"
+                        " counted",
+    "network_ena_bandwidth_allowance_exceeded": "AWS ENA driver statistics: no sampler",
+    **dict.fromkeys(_GPU, "GPU telemetry (NVML and the like): no GPU sampler"),
 }
 
 
@@ -152,7 +187,15 @@ def _rows() -> Iterator[tuple[str, str, str, str]]:
 
 
 def mapping_table() -> str:
-    """Return the Markdown table of our metrics that carry Rezolus's names."""
+    """Return the Markdown table of our metrics that carry Rezolus's names, then the one of
+    what Rezolus's dashboards chart that we do not collect."""
     lines = ["| ours (event.field) | Rezolus metric | labels | type |", "|---|---|---|---|"]
     lines += [f"| `{a}` | `{b}` | {c or '-'} | {d} |" for a, b, c, d in _rows()]
+    lines += ["", "What Rezolus's built-in dashboards chart that no sampler of ours collects"
+              " (their charts of it stay empty):", "",
+              "| Rezolus metric | why |", "|---|---|"]
+    why: dict[str, list[str]] = {}
+    for metric, reason in NOT_COLLECTED.items():
+        why.setdefault(reason, []).append(metric)
+    lines += [f"| {', '.join(f'`{m}`' for m in ms)} | {r} |" for r, ms in why.items()]
     return "\n".join(lines) + "\n"
