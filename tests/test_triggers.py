@@ -1,5 +1,5 @@
 """``[[trigger]]`` rules: their config checks, and the pure evaluation per publish interval
-(the recorder's side runs against the real kernel in tests/kernel/test_triggers.py)."""
+(the recorder's side runs against the real kernel in tests/test_triggers_live.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import pytest
 from rezolus_ue.config import parse
 from rezolus_ue.consume.intervals import Interval
 from rezolus_ue.consume.recording.blocks import MappedFile
+from rezolus_ue.consume.recording.dump import assemble
 from rezolus_ue.consume.recording.files import read_records
 from rezolus_ue.consume.recording.native import write_native
-from rezolus_ue.consume.recording.triggers import HOLD_LIMIT_NS, Triggers, rules, write_window
+from rezolus_ue.consume.recording.triggers import HOLD_LIMIT_NS, Triggers, rules
 from rezolus_ue.consume.records import Record
 from rezolus_ue.errors import ConfigError
 from rezolus_ue.samplers import options
@@ -142,11 +143,11 @@ def test_dist_percentile_rule() -> None:
     assert r.field == "p99" and r.dist and not r.counter
 
 
-def test_write_window_cuts_blocks(tmp_path) -> None:
+def test_a_window_dump_cuts_blocks(tmp_path) -> None:
     recs = [Record("rezolus_cpu_cores", t * S, 0, 1, {"online": 2}) for t in range(10)]
     src = tmp_path / "seg.rzr"
     write_native(recs, src)
     out = tmp_path / "out.rzr"
-    res = write_window([MappedFile.open(src)], out, 3 * S, 6 * S)
+    res = assemble([MappedFile.open(src)], out, window=(3 * S, 6 * S))
     assert [r.time_ns for r in read_records(out)] == [3 * S, 4 * S, 5 * S, 6 * S]
     assert res.records == 4 and res.first_ns == 3 * S and res.last_ns == 6 * S

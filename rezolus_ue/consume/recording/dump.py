@@ -112,39 +112,48 @@ def _block_infos(files: list[MappedFile]) -> Iterator[_BlockInfo]:
         warn_damage(mf.path, st)
 
 
-def _window(infos: list[_BlockInfo], cutoff: int | None, res: DumpResult) -> Iterator[bytes]:
+def _window(infos: list[_BlockInfo], start: int | None, end: int | None,
+            res: DumpResult) -> Iterator[bytes]:
     """Yield the blocks to dump: each file's metadata before its first kept data block,
-    data blocks newer than ``cutoff`` whole, the one straddling it cut; count into ``res``."""
+    data blocks inside [``start``, ``end``] (None: open) whole, those straddling an end
+    cut; count into ``res``."""
+    def inside(t: int) -> bool:
+        return (start is None or t >= start) and (end is None or t <= end)
+
     pending: _BlockInfo | None = None
     for b in infos:
         if b.ref.kind == KIND_META:
             pending = b
             continue
-        if cutoff is not None and b.tmax < cutoff:
+        if (start is not None and b.tmax < start) or (end is not None and b.tmin > end):
             continue
+        if inside(b.tmin) and inside(b.tmax):
+            kept = [b.raw()]
+            rows, tmin, tmax = b.rows, b.tmin, b.tmax
+        else:
+            recs = [r for r in native.read_native(b.raw()) if inside(r.time_ns)]
+            if not recs:
+                continue
+            kept = list(native.data_blocks(recs))
+            rows, tmin, tmax = len(recs), recs[0].time_ns, max(r.time_ns for r in recs)
         if pending is not None:
             yield pending.raw()
             if res.wall_offset_ns is None:
                 res.wall_offset_ns = pending.meta.get("wall_offset_ns")
             pending = None
-        if cutoff is None or b.tmin >= cutoff:
-            yield b.raw()
-            rows, tmin, tmax = b.rows, b.tmin, b.tmax
-        else:
-            recs = [r for r in native.read_native(b.raw()) if r.time_ns >= cutoff]
-            yield from native.data_blocks(recs)
-            rows, tmin, tmax = len(recs), recs[0].time_ns, max(r.time_ns for r in recs)
+        yield from kept
         res.records += rows
         res.first_ns = tmin if res.first_ns is None else min(res.first_ns, tmin)
         res.last_ns = tmax if res.last_ns is None else max(res.last_ns, tmax)
 
 
 def assemble(files: list[MappedFile], out: Path, fmt: str = "native", *,
-             last_ns: int | None = None, overwrite: bool = False,
-             into: int | None = None) -> DumpResult:
+             last_ns: int | None = None, window: tuple[int, int] | None = None,
+             overwrite: bool = False, into: int | None = None) -> DumpResult:
     """Write the blocks of ``files`` (oldest first) to one recording at ``out``.
 
-    ``last_ns`` keeps only the records of that span before the newest one. Native output
+    ``last_ns`` keeps only the records of that span before the newest one; ``window``
+    only those from its start to its end (a trigger's window). Native output
     copies whole blocks; Parquet output converts. ``out`` appears complete or not at all:
     it is written beside under a new name, then renamed over what ``check_output``
     allows. With ``into`` (an open, empty file of the user who asked: see
@@ -156,12 +165,14 @@ def assemble(files: list[MappedFile], out: Path, fmt: str = "native", *,
         raise RecordingError(f"no records in {', '.join(str(f.path) for f in files[:3])}"
                              f"{' ...' if len(files) > 3 else ''}" if files else
                              "nothing recorded yet: the ring holds no records")
-    cutoff = None if last_ns is None else max(b.tmax for b in data) - last_ns
+    start, end = window if window is not None else (None, None)
+    if last_ns is not None:
+        start = max(b.tmax for b in data) - last_ns
     meta = next((b.meta for b in infos if b.ref.kind == KIND_META), None)
     res = DumpResult(out)
     if into is not None:  # the caller closes it
         w = NativeWriter(into, out)
-        for blk in _window(infos, cutoff, res):
+        for blk in _window(infos, start, end, res):
             w.write_block(blk)
         with contextlib.suppress(OSError):
             os.fsync(into)
@@ -171,12 +182,12 @@ def assemble(files: list[MappedFile], out: Path, fmt: str = "native", *,
     tmp = recfiles.new_temp(out)
     try:
         if fmt == "parquet":
-            recs = (r for blk in _window(infos, cutoff, res) for r in native.read_native(blk))
+            recs = (r for blk in _window(infos, start, end, res) for r in native.read_native(blk))
             parquet.write_parquet(recs, tmp, meta)
         else:
             w = NativeWriter(os.open(tmp, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC), tmp)
             try:
-                for blk in _window(infos, cutoff, res):
+                for blk in _window(infos, start, end, res):
                     w.write_block(blk)
             finally:
                 w.close()

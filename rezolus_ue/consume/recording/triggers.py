@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,10 +29,8 @@ from ...errors import ConfigError
 from ...metrics.family import Family, Kind
 from ..intervals import Interval, Intervals, Rates
 from ..records import Record
-from . import files as recfiles
-from .blocks import KIND_DATA, KIND_META, NATIVE_SUFFIX, MappedFile
-from .dump import DumpResult, _block_infos
-from .native import NativeWriter, read_native
+from .blocks import NATIVE_SUFFIX, MappedFile
+from .dump import assemble
 from .ring import DUMPS_DIR, Ring
 
 log = logging.getLogger("rezolus_ue")
@@ -224,48 +221,6 @@ class Triggers:
 # --- the recorder's side --------------------------------------------------------------
 
 
-def write_window(files: list[MappedFile], out: Path, start_ns: int, end_ns: int
-                 ) -> DumpResult:
-    """Write the records of ``files`` from ``start_ns`` to ``end_ns`` to a new native
-    file ``out``: blocks inside the window are copied whole, those straddling it cut."""
-    res = DumpResult(out)
-    tmp = recfiles.new_temp(out)
-    try:
-        w = NativeWriter(os.open(tmp, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC), tmp)
-        try:
-            meta_written = False
-            for b in _block_infos(files):
-                if b.ref.kind == KIND_META:
-                    if not meta_written:
-                        w.write_block(b.raw())
-                        meta_written = True
-                        res.wall_offset_ns = b.meta.get("wall_offset_ns")
-                    continue
-                if b.ref.kind != KIND_DATA or b.tmax < start_ns or b.tmin > end_ns:
-                    continue
-                if start_ns <= b.tmin and b.tmax <= end_ns:
-                    w.write_block(b.raw())
-                    n, lo, hi = b.rows, b.tmin, b.tmax
-                else:
-                    recs = [r for r in read_native(b.raw())
-                            if start_ns <= r.time_ns <= end_ns]
-                    if not recs:
-                        continue
-                    w.write_records(recs)
-                    n, lo, hi = len(recs), recs[0].time_ns, recs[-1].time_ns
-                res.records += n
-                res.first_ns = lo if res.first_ns is None else min(res.first_ns, lo)
-                res.last_ns = hi if res.last_ns is None else max(res.last_ns, hi)
-        finally:
-            w.close()
-        recfiles.replace_output(tmp, out)
-    except BaseException:
-        recfiles.discard_temp(tmp)
-        raise
-    res.bytes = out.stat().st_size
-    return res
-
-
 class TriggerDumps:
     """The recorder's triggers: ``feed`` the records as they come; when ``due``, write the
     ring's buffered records, then call ``write`` (each window in a thread of its own, as
@@ -321,7 +276,7 @@ class TriggerDumps:
     def _run(self, files: list[MappedFile], out: Path, win: Window) -> None:
         rule = win.rule
         try:
-            res = write_window(files, out, win.start_ns, win.end_ns)
+            res = assemble(files, out, window=(win.start_ns, win.end_ns))
             log.info("trigger %s fired (%s; peak %g): wrote %s, %d records, %s before to %s"
                      " after", rule.name, rule.condition(), win.peak, out, res.records,
                      format_duration(rule.before_ns) if rule.before_ns else "0s",
@@ -350,4 +305,4 @@ def load_rules(path: Path | None) -> list[Rule]:
 
 
 __all__ = ["HOLD_LIMIT_NS", "Rule", "TriggerDumps", "Triggers", "Window", "load_rules",
-           "rules", "write_window"]
+           "rules"]
