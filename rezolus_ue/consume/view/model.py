@@ -9,6 +9,7 @@ no I/O, so the tests feed it records and compare with the recording.
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 from collections.abc import Iterable
@@ -19,6 +20,7 @@ import numpy as np
 
 from ...metrics import h2
 from ...metrics.family import Family, Kind
+from ..intervals import Interval, Intervals, Rates
 from ..records import Record
 from .pages import BANDS, PAGES, SUMMED_LABEL, TOP, Chart, Page
 
@@ -76,8 +78,6 @@ class Span:
 
     def indices(self, times: list[int]) -> tuple[int, int]:
         """Return the [lo, hi) indices of ``times`` (ns) inside the span."""
-        import bisect
-
         if not times:
             return 0, 0
         first, last = times[0], times[-1]
@@ -99,8 +99,6 @@ class Dataset:
     0 keeps everything (a recording)."""
 
     def __init__(self, name: str, wall_offset_ns: int = 0, keep_ns: int = 0) -> None:
-        from ..intervals import Intervals, Rates
-
         self.name = name
         self.wall_offset_ns = wall_offset_ns
         self.keep_ns = keep_ns
@@ -115,22 +113,19 @@ class Dataset:
 
     def feed(self, records: Iterable[Record]) -> int:
         """Take records in time order; return how many intervals they closed."""
-        closed = self._intervals.feed(records)
-        for iv in closed:
-            self._add(iv.end_ns, iv.records)
-        return len(closed)
+        return self._add_all(self._intervals.feed(records))
 
     def flush(self) -> int:
         """Close the open interval (the recording ended); return how many closed."""
-        closed = self._intervals.flush()
+        return self._add_all(self._intervals.flush())
+
+    def _add_all(self, closed: list[Interval]) -> int:
         for iv in closed:
             self._add(iv.end_ns, iv.records)
         return len(closed)
 
     def drop_open(self) -> None:
         """Forget the open interval's records (following stopped part-way through it)."""
-        from ..intervals import Intervals
-
         self._intervals = Intervals()
 
     def _row(self, records: list[Record]) -> dict[str, dict[str, float | None]]:
@@ -202,16 +197,13 @@ class Dataset:
         cut = self.times[-1] - self.keep_ns
         if self.times[0] >= cut - self.keep_ns // 10:
             return
-        import bisect
-
         k = bisect.bisect_left(self.times, cut)
         del self.times[:k]
-        for cid, cols in self.series.items():
+        for cols in self.series.values():
             for name in list(cols):
                 del cols[name][:k]
                 if all(v is None for v in cols[name]):
                     del cols[name]
-            self.series[cid] = cols
 
     def span(self) -> tuple[float, float] | None:
         """Return the first and last interval's wall-clock times (s), or None if empty."""
@@ -234,8 +226,6 @@ class Dataset:
         with self.lock:
             times = self.times
             if since_ns is not None:
-                import bisect
-
                 lo, hi = bisect.bisect_right(times, since_ns), len(times)
             else:
                 lo, hi = (span or Span()).indices(times)
